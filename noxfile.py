@@ -1,0 +1,46 @@
+"""Developer sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s typecheck``, ``nox -s property``.
+
+Plain virtualenv + pip on purpose: pip finds the local CPU build of ``torch==2.13.0`` on this project's machines,
+uv would download a multi-GB CUDA build.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "virtualenv"
+nox.options.sessions = ["lint", "typecheck", "tests"]
+
+TORCH = "torch==2.13.0"
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the test suite (single-process, multi-process and doctests) against a non-editable install."""
+    session.install(TORCH)
+    session.install(".[test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def property(session: nox.Session) -> None:
+    """Run the Hypothesis property tests, excluded from the default run."""
+    session.install(TORCH)
+    session.install(".[test]")
+    session.run("pytest", "-m", "property", "tests/property", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Ruff lint and format check."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """Mypy --strict on the package."""
+    session.install(TORCH)
+    session.install(".[lint]")
+    session.run("mypy")

@@ -1,0 +1,163 @@
+"""The one multi-process helper: a pool of spawned CPU ranks reused across test cases.
+
+Each case gets a fresh gloo process group (on a fresh prefix of one TCP store served by the pytest process, on a
+port the OS picked), runs a module-level function on every rank and returns its results in rank order. A case
+that does not finish in time kills the pool and fails; a rank that raises fails the case with every rank's
+traceback. Workers that died (some fault cases kill a rank on purpose) are replaced before the next case.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import inspect
+import os
+import queue
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+MAX_WORLD = 4
+_CTX = mp.get_context("spawn")
+
+
+@dataclass
+class RankOutcome:
+    """What one rank did in a case: ``status`` is ``"ok"``, ``"error"`` or ``"died"``."""
+
+    rank: int
+    status: str
+    value: Any = None
+    error: str = ""
+    seconds: float = 0.0
+
+
+def _load(path: str) -> Any:
+    name = "_case_" + os.path.splitext(os.path.basename(path))[0]
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _worker(slot: int, tasks: Any, results: Any, port: int, tests_dir: str) -> None:
+    sys.path.insert(0, tests_dir)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60))
+    while True:
+        task = tasks.get()
+        if task is None:
+            return
+        case_id, world, path, fn_name, args, pg_timeout = task
+        started = time.monotonic()
+        store = dist.PrefixStore(f"case{case_id}/", client)
+        try:
+            dist.init_process_group(
+                "gloo", store=store, rank=slot, world_size=world, timeout=datetime.timedelta(seconds=pg_timeout)
+            )
+            value = getattr(_load(path), fn_name)(slot, world, *args)
+            results.put((case_id, slot, "ok", value, "", time.monotonic() - started))
+        except BaseException as err:  # noqa: BLE001 - every failure goes back to the test
+            text = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
+            results.put((case_id, slot, "error", None, text, time.monotonic() - started))
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+
+class DistPool:
+    """``MAX_WORLD`` spawned workers; a case of world size W runs on the first W of them."""
+
+    def __init__(self) -> None:
+        self._store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        self._results: Any = _CTX.Queue()
+        self._procs: list[Any] = [None] * MAX_WORLD
+        self._tasks: list[Any] = [None] * MAX_WORLD
+        self._case = 0
+        self._tests_dir = os.path.dirname(os.path.abspath(__file__))
+
+    def _ensure(self, slot: int) -> None:
+        proc = self._procs[slot]
+        if proc is not None and proc.is_alive():
+            return
+        self._tasks[slot] = _CTX.Queue()
+        proc = _CTX.Process(
+            target=_worker,
+            args=(slot, self._tasks[slot], self._results, self._store.port, self._tests_dir),
+            daemon=True,
+        )
+        proc.start()
+        self._procs[slot] = proc
+
+    def run(
+        self,
+        fn: Callable[..., Any],
+        world: int,
+        *args: Any,
+        timeout: float = 120.0,
+        pg_timeout: float = 30.0,
+        allow_failure: bool = False,
+    ) -> list[RankOutcome]:
+        """Run ``fn(rank, world, *args)`` on ``world`` ranks; return each rank's outcome in rank order.
+
+        Unless ``allow_failure``, any rank that raises or dies fails the calling test. A case still running after
+        ``timeout`` seconds is a hang: the pool is killed and the test fails.
+        """
+        assert 1 <= world <= MAX_WORLD
+        self._case += 1
+        path = inspect.getfile(fn)
+        for slot in range(world):
+            self._ensure(slot)
+            self._tasks[slot].put((self._case, world, path, fn.__name__, args, pg_timeout))
+        outcomes: dict[int, RankOutcome] = {}
+        deadline = time.monotonic() + timeout
+        while len(outcomes) < world:
+            try:
+                case, slot, status, value, error, seconds = self._results.get(timeout=0.2)
+            except queue.Empty:
+                for slot in range(world):
+                    proc = self._procs[slot]
+                    if slot not in outcomes and not proc.is_alive():
+                        outcomes[slot] = RankOutcome(slot, "died", error=f"exit code {proc.exitcode}")
+                if time.monotonic() > deadline and len(outcomes) < world:
+                    self.close()
+                    pending = sorted(set(range(world)) - set(outcomes))
+                    msg = f"{fn.__name__} on {world} ranks hung: ranks {pending} still running after {timeout} s"
+                    raise AssertionError(msg) from None
+                continue
+            if case == self._case:
+                outcomes[slot] = RankOutcome(slot, status, value, error, seconds)
+        result = [outcomes[r] for r in range(world)]
+        if not allow_failure and any(o.status != "ok" for o in result):
+            details = "\n".join(f"--- rank {o.rank}: {o.status}\n{o.error}" for o in result if o.status != "ok")
+            msg = f"{fn.__name__} failed on {world} ranks:\n{details}"
+            raise AssertionError(msg)
+        return result
+
+    def values(self, fn: Callable[..., Any], world: int, *args: Any, **kwargs: Any) -> list[Any]:
+        """Like :meth:`run` but every rank must succeed; returns their values."""
+        return [o.value for o in self.run(fn, world, *args, **kwargs)]
+
+    def close(self) -> None:
+        """Stop every worker (killing those that do not stop)."""
+        for slot, proc in enumerate(self._procs):
+            if proc is None:
+                continue
+            if proc.is_alive():
+                proc.kill()
+            proc.join(timeout=5)
+            self._procs[slot] = None

@@ -1,0 +1,91 @@
+"""Argument and tensor validators shared by the functional core and the metric classes."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+Thresholds = int | list[float] | Tensor | None
+
+
+def validate_ranking_args(
+    *, max_fpr: float | None = None, thresholds: Thresholds = None, ignore_index: int | None = None
+) -> None:
+    """Check the constructor / functional arguments shared by the binary ranking metrics."""
+    if max_fpr is not None and (
+        isinstance(max_fpr, bool) or not isinstance(max_fpr, (float, int)) or not 0 < max_fpr <= 1
+    ):
+        msg = f"Expected argument `max_fpr` to be a float in the range (0, 1], but got {max_fpr!r}."
+        raise ValueError(msg)
+    if thresholds is not None:
+        if isinstance(thresholds, bool) or not isinstance(thresholds, (int, list, Tensor)):
+            msg = (
+                "Expected argument `thresholds` to be None, an int, a list of floats or a 1-D tensor,"
+                f" but got {thresholds!r}."
+            )
+            raise ValueError(msg)
+        if isinstance(thresholds, int) and thresholds < 2:
+            msg = f"Expected argument `thresholds` given as an int to be at least 2, but got {thresholds}."
+            raise ValueError(msg)
+        if isinstance(thresholds, list) and not all(isinstance(t, float) and 0 <= t <= 1 for t in thresholds):
+            msg = f"Expected argument `thresholds` given as a list to hold floats in [0, 1], but got {thresholds!r}."
+            raise ValueError(msg)
+        if isinstance(thresholds, list) and not thresholds:
+            msg = "Expected argument `thresholds` given as a list to be non-empty, but got []."
+            raise ValueError(msg)
+        if isinstance(thresholds, Tensor) and (thresholds.ndim != 1 or not thresholds.is_floating_point()):
+            msg = (
+                "Expected argument `thresholds` given as a tensor to be 1-D and floating point,"
+                f" but got shape {tuple(thresholds.shape)} and dtype {thresholds.dtype}."
+            )
+            raise ValueError(msg)
+    if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
+        msg = f"Expected argument `ignore_index` to be None or an int, but got {ignore_index!r}."
+        raise ValueError(msg)
+
+
+def threshold_tensor(thresholds: Thresholds, device: torch.device | None = None) -> Tensor | None:
+    """Turn the ``thresholds`` argument into a float tensor (``int`` means ``linspace(0, 1, n)``), or keep ``None``."""
+    if thresholds is None:
+        return None
+    if isinstance(thresholds, int):
+        return torch.linspace(0, 1, thresholds, device=device)
+    if isinstance(thresholds, list):
+        return torch.tensor(thresholds, device=device)
+    return thresholds.to(device) if device is not None else thresholds
+
+
+def validate_binary_tensors(preds: Tensor, target: Tensor, ignore_index: int | None = None) -> None:
+    """Check one batch of binary scores and labels; raise a ``ValueError`` that names the problem."""
+    if not isinstance(preds, Tensor) or not isinstance(target, Tensor):
+        msg = (
+            f"Expected `preds` and `target` to be tensors, but got {type(preds).__name__} and {type(target).__name__}."
+        )
+        raise TypeError(msg)
+    if preds.shape != target.shape:
+        msg = (
+            "Expected `preds` and `target` to have the same shape, but got"
+            f" {tuple(preds.shape)} and {tuple(target.shape)}."
+        )
+        raise ValueError(msg)
+    if not preds.is_floating_point():
+        msg = f"Expected `preds` to be a floating point tensor of scores or logits, but got dtype {preds.dtype}."
+        raise ValueError(msg)
+    if target.is_floating_point() or target.is_complex():
+        msg = f"Expected `target` to be an integer or bool tensor of labels in {{0, 1}}, but got dtype {target.dtype}."
+        raise ValueError(msg)
+    keep = target != ignore_index if ignore_index is not None else None
+    scores = preds if keep is None else preds[keep]
+    if not bool(torch.isfinite(scores).all()):
+        bad = scores[~torch.isfinite(scores)]
+        msg = (
+            f"Expected `preds` to be finite, but found {bad.numel()} NaN or infinite value(s)"
+            f" (first: {bad[0].item()}). Check the model outputs before updating the metric."
+        )
+        raise ValueError(msg)
+    labels = target if keep is None else target[keep]
+    if target.dtype != torch.bool and labels.numel() and bool(((labels != 0) & (labels != 1)).any()):
+        found = torch.unique(labels).tolist()[:10]
+        allowed = "{0, 1}" if ignore_index is None else f"{{0, 1}} or ignore_index={ignore_index}"
+        msg = f"Expected `target` to hold only {allowed}, but found values {found}."
+        raise ValueError(msg)

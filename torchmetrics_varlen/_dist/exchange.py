@@ -1,0 +1,221 @@
+"""One guarded sync: a metadata check-in, then a single data exchange for any number of states.
+
+Concatenated ("cat") states of every rank are packed into one byte buffer per rank (each state 8-byte aligned,
+floats promoted to the dtype common to all ranks) and moved with one all-gather; summed states are moved with one
+all-reduce. Ranks with no rows take part with an empty buffer. Nothing is pickled: only raw tensor bytes travel, on
+the communication device of the group (CUDA for NCCL, the tensors' own device otherwise).
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from torchmetrics_varlen._dist.errors import MetricSyncError
+from torchmetrics_varlen._dist.guard import check_consistent, check_in, group_layout
+
+_ALIGN = 8
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """What one sync returns: the combined states and how many rows each rank sent (per cat state)."""
+
+    cat: dict[str, Tensor]
+    summed: dict[str, Tensor]
+    rows_per_rank: dict[str, list[int]]
+
+
+def _family(dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "bool"
+    if dtype.is_complex:
+        return "complex"
+    return "float" if dtype.is_floating_point else "int"
+
+
+def _dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name.removeprefix("torch."))
+    assert isinstance(dtype, torch.dtype)
+    return dtype
+
+
+def _comm_device(group: Any, fallback: torch.device) -> torch.device:
+    backend = str(dist.get_backend(group)).lower()
+    if "nccl" in backend and fallback.type != "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    return fallback
+
+
+def _wait(work: Any, timeout: float | None, what: str) -> None:
+    try:
+        if timeout is None:
+            work.wait()
+        else:
+            work.wait(datetime.timedelta(seconds=timeout))
+    except RuntimeError as err:
+        msg = (
+            f"{what}: the data exchange did not complete ({err}). A peer rank probably died or stopped"
+            " responding after the check-in."
+        )
+        raise MetricSyncError(msg) from err
+
+
+def sync_states(
+    cat: dict[str, Tensor],
+    summed: dict[str, Tensor],
+    *,
+    config: dict[str, Any],
+    group: Any,
+    timeout: float | None,
+    what: str,
+    fix: str,
+    device: torch.device,
+) -> Gathered:
+    """Check in, verify that all ranks agree, and exchange every state in one collective per state kind.
+
+    ``cat`` tensors may have any number of rows (including zero) per rank and must agree across ranks on their
+    trailing shape and dtype family (ranks without rows are wildcards). ``summed`` tensors must agree exactly.
+    """
+    rank, world, global_ranks = group_layout(group)
+    record = {
+        "config": config,
+        "cat_states": sorted(cat),
+        "summed_states": {k: [str(v.dtype), list(v.shape)] for k, v in sorted(summed.items())},
+        "cat": {k: [str(v.dtype), list(v.shape[1:]), int(v.shape[0])] for k, v in sorted(cat.items())},
+    }
+    records = check_in(record, group=group, timeout=timeout, what=what, fix=fix)
+    check_consistent(records, ["config", "cat_states", "summed_states"], what, global_ranks)
+    layouts = {name: _agree_on_layout(name, [r["cat"][name] for r in records], what, global_ranks) for name in cat}
+    comm = _comm_device(group, device)
+    rows = {name: [r["cat"][name][2] for r in records] for name in cat}
+    gathered = _gather_packed(cat, layouts, rows, rank, world, global_ranks, group, comm, timeout, what)
+    reduced = _reduce_summed(summed, group, comm, timeout, what)
+    return Gathered(
+        cat={k: v.to(device) for k, v in gathered.items()},
+        summed={k: v.to(device) for k, v in reduced.items()},
+        rows_per_rank=rows,
+    )
+
+
+def _agree_on_layout(
+    name: str, entries: list[list[Any]], what: str, global_ranks: list[int]
+) -> tuple[torch.dtype, list[int]]:
+    """Common dtype and trailing shape of one cat state; ranks without rows do not constrain either."""
+    present = [e for e in entries if e[2] > 0] or entries[:1]
+    shapes = {tuple(e[1]) for e in present}
+    families = {_family(_dtype(e[0])) for e in present}
+    if len(shapes) > 1 or len(families) > 1:
+        rows = "\n".join(
+            f"  rank {r} (global {global_ranks[r]}): dtype {e[0]}, trailing shape {tuple(e[1])}, {e[2]} rows"
+            for r, e in enumerate(entries)
+        )
+        msg = (
+            f"{what}: the ranks' `{name}` tensors cannot be concatenated: they differ in"
+            f" {'trailing shape' if len(shapes) > 1 else 'dtype family'}:\n{rows}\n"
+            "Every rank must produce the same kind of output (same trailing dimensions, all floating point or all"
+            " integer)."
+        )
+        raise MetricSyncError(msg)
+    dtype = _dtype(present[0][0])
+    for e in present[1:]:
+        dtype = torch.promote_types(dtype, _dtype(e[0]))
+    return dtype, list(present[0][1])
+
+
+def _nbytes(rows: int, trailing: list[int], dtype: torch.dtype) -> int:
+    raw = rows * math.prod(trailing) * dtype.itemsize
+    return -(-raw // _ALIGN) * _ALIGN
+
+
+def _gather_packed(
+    cat: dict[str, Tensor],
+    layouts: dict[str, tuple[torch.dtype, list[int]]],
+    rows: dict[str, list[int]],
+    rank: int,
+    world: int,
+    global_ranks: list[int],
+    group: Any,
+    comm: torch.device,
+    timeout: float | None,
+    what: str,
+) -> dict[str, Tensor]:
+    names = sorted(cat)
+    sizes = [sum(_nbytes(rows[n][r], layouts[n][1], layouts[n][0]) for n in names) for r in range(world)]
+    total = sum(sizes)
+    if total == 0:
+        return {n: torch.empty((0, *layouts[n][1]), dtype=layouts[n][0], device=comm) for n in names}
+    widest = max(sizes)
+    padded = "nccl" not in str(dist.get_backend(group)).lower() and world * widest <= 2 * total + (1 << 20)
+    local = torch.zeros(widest if padded else sizes[rank], dtype=torch.uint8, device=comm)
+    offset = 0
+    for n in names:
+        flat = cat[n].to(device=comm, dtype=layouts[n][0]).reshape(-1)
+        nbytes = flat.numel() * flat.element_size()
+        local[offset : offset + nbytes].copy_(flat.view(torch.uint8))
+        offset += _nbytes(rows[n][rank], layouts[n][1], layouts[n][0])
+    if padded:
+        # Gloo has no uneven all-gather: pad to the widest rank when that wastes little.
+        out = torch.empty(world * widest, dtype=torch.uint8, device=comm)
+        gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in 2.13
+        _wait(gather_single(out, local, group=group, async_op=True), timeout, what)
+        parts = [out[r * widest : r * widest + sizes[r]] for r in range(world)]
+    else:
+        out = torch.empty(total, dtype=torch.uint8, device=comm)
+        parts = [out[sum(sizes[:r]) : sum(sizes[: r + 1])] for r in range(world)]
+        if "nccl" in str(dist.get_backend(group)).lower():
+            _wait(dist.all_gather(parts, local, group=group, async_op=True), timeout, what)
+        else:
+            # Very uneven shards on gloo: one broadcast per non-empty rank, all in flight together.
+            works = []
+            for r in range(world):
+                if sizes[r]:
+                    buf = local if r == rank else parts[r]
+                    works.append(dist.broadcast(buf, src=global_ranks[r], group=group, async_op=True))
+            for work in works:
+                _wait(work, timeout, what)
+            parts[rank] = local
+    return _unpack(parts, names, layouts, rows)
+
+
+def _unpack(
+    parts: list[Tensor], names: list[str], layouts: dict[str, tuple[torch.dtype, list[int]]], rows: dict[str, list[int]]
+) -> dict[str, Tensor]:
+    pieces: dict[str, list[Tensor]] = {n: [] for n in names}
+    for r, part in enumerate(parts):
+        offset = 0
+        for n in names:
+            dtype, trailing = layouts[n]
+            count = rows[n][r] * math.prod(trailing)
+            chunk = part[offset : offset + count * dtype.itemsize]
+            pieces[n].append(chunk.view(dtype).reshape(rows[n][r], *trailing))
+            offset += _nbytes(rows[n][r], trailing, dtype)
+    return {n: torch.cat(pieces[n]) for n in names}
+
+
+def _reduce_summed(
+    summed: dict[str, Tensor], group: Any, comm: torch.device, timeout: float | None, what: str
+) -> dict[str, Tensor]:
+    if not summed:
+        return {}
+    names = sorted(summed)
+    kinds = {summed[n].is_floating_point() for n in names}
+    if len(kinds) > 1:
+        msg = f"{what}: summed states must be all integer or all floating point."
+        raise MetricSyncError(msg)
+    wire = torch.float64 if kinds.pop() else torch.int64
+    flat = torch.cat([summed[n].to(device=comm, dtype=wire).reshape(-1) for n in names])
+    _wait(dist.all_reduce(flat, group=group, async_op=True), timeout, what)
+    out: dict[str, Tensor] = {}
+    offset = 0
+    for n in names:
+        numel = summed[n].numel()
+        out[n] = flat[offset : offset + numel].reshape(summed[n].shape).to(summed[n].dtype)
+        offset += numel
+    return out

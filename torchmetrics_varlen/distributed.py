@@ -1,0 +1,70 @@
+"""The only public module that talks to ``torch.distributed``: the variable-length gather and the sync error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.distributed as dist
+from torch import Tensor
+
+from torchmetrics_varlen._dist.errors import MetricSyncError
+from torchmetrics_varlen._dist.exchange import sync_states
+from torchmetrics_varlen._dist.guard import resolve_group
+
+__all__ = ["MetricSyncError", "distributed_available", "gather_varlen"]
+
+_FIX_GATHER = "Call gather_varlen() on every rank of the process group, the same number of times."
+
+
+def distributed_available() -> bool:
+    """``True`` when ``torch.distributed`` is usable and a default process group exists."""
+    return dist.is_available() and dist.is_initialized()
+
+
+def gather_varlen(tensor: Tensor, group: Any | None = None, *, sync_timeout: float | None = 60.0) -> Tensor:
+    """Concatenate every rank's ``tensor`` along dim 0, whatever each rank's length.
+
+    Each rank may pass any number of rows, zero included, as long as the trailing dimensions agree across the ranks
+    that have rows. Floating dtypes that differ across ranks are promoted to a common dtype (``float16`` and
+    ``bfloat16`` give ``float32``), never reinterpreted; mixing floating point and integer data raises. The data
+    moves in one collective on the tensor's device (CUDA for NCCL), after a check-in on the process group's store
+    that turns a missing rank into a :class:`MetricSyncError` within ``sync_timeout`` seconds instead of a hang.
+    Every rank gets the same result, in rank order. Without an initialised process group the tensor is returned
+    as it is.
+
+    Args:
+        tensor: At least 1-D; dim 0 is the variable one.
+        group: The process group (``None``: the default group).
+        sync_timeout: Seconds to wait for the other ranks at the check-in; ``None`` waits forever.
+
+    Returns:
+        The concatenation of all ranks' tensors, on ``tensor.device``.
+
+    Raises:
+        ValueError: If ``tensor`` is 0-D.
+        MetricSyncError: If a rank does not arrive in time, or the ranks' tensors cannot be concatenated.
+
+    Example:
+        >>> import torch
+        >>> gather_varlen(torch.arange(3))  # no process group: the tensor itself
+        tensor([0, 1, 2])
+    """
+    if tensor.ndim == 0:
+        msg = "Expected `tensor` to have at least one dimension (the one that varies across ranks), but got a scalar."
+        raise ValueError(msg)
+    if not distributed_available():
+        return tensor
+    pg = resolve_group(group)
+    if dist.get_world_size(pg) == 1:
+        return tensor
+    result = sync_states(
+        {"tensor": tensor},
+        {},
+        config={"op": "gather_varlen"},
+        group=pg,
+        timeout=sync_timeout,
+        what="gather_varlen()",
+        fix=_FIX_GATHER,
+        device=tensor.device,
+    )
+    return result.cat["tensor"]
