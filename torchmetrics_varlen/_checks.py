@@ -89,3 +89,23 @@ def validate_binary_tensors(preds: Tensor, target: Tensor, ignore_index: int | N
         allowed = "{0, 1}" if ignore_index is None else f"{{0, 1}} or ignore_index={ignore_index}"
         msg = f"Expected `target` to hold only {allowed}, but found values {found}."
         raise ValueError(msg)
+
+
+def validate_sample_ids(sample_ids: Tensor, shape: torch.Size) -> None:
+    """Check ``sample_ids``: integers >= 0, one per element (``shape``) or one per row (``(shape[0],)``)."""
+    if not isinstance(sample_ids, Tensor):
+        msg = f"Expected `sample_ids` to be an integer tensor, but got {type(sample_ids).__name__}."
+        raise TypeError(msg)
+    if sample_ids.is_floating_point() or sample_ids.is_complex() or sample_ids.dtype == torch.bool:
+        msg = f"Expected `sample_ids` to be an integer tensor of global sample ids, but got dtype {sample_ids.dtype}."
+        raise ValueError(msg)
+    rows = shape[0] if len(shape) else 1
+    if sample_ids.shape != shape and tuple(sample_ids.shape) != (rows,):
+        msg = (
+            f"Expected `sample_ids` to have the shape of `preds` {tuple(shape)} or one id per row ({rows},),"
+            f" but got {tuple(sample_ids.shape)}."
+        )
+        raise ValueError(msg)
+    if sample_ids.numel() and bool((sample_ids < 0).any()):
+        msg = f"Expected `sample_ids` to be >= 0, but found {int(sample_ids.min())}."
+        raise ValueError(msg)

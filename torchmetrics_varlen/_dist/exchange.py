@@ -30,6 +30,7 @@ class Gathered:
     cat: dict[str, Tensor]
     summed: dict[str, Tensor]
     rows_per_rank: dict[str, list[int]]
+    info: list[dict[str, Any]]
 
 
 def _family(dtype: torch.dtype) -> str:
@@ -77,14 +78,20 @@ def sync_states(
     what: str,
     fix: str,
     device: torch.device,
+    info: dict[str, Any] | None = None,
+    unset_ok: dict[str, Any] | None = None,
 ) -> Gathered:
     """Check in, verify that all ranks agree, and exchange every state in one collective per state kind.
 
     ``cat`` tensors may have any number of rows (including zero) per rank and must agree across ranks on their
     trailing shape and dtype family (ranks without rows are wildcards). ``summed`` tensors must agree exactly.
+    ``info`` (small JSON values, e.g. per-rank counters) travels with the check-in and comes back per rank;
+    ``unset_ok`` values must agree across the ranks where they are not ``None``.
     """
     rank, world, global_ranks = group_layout(group)
     record = {
+        "info": info or {},
+        "unset_ok": unset_ok or {},
         "config": config,
         "cat_states": sorted(cat),
         "summed_states": {k: [str(v.dtype), list(v.shape)] for k, v in sorted(summed.items())},
@@ -92,6 +99,8 @@ def sync_states(
     }
     records = check_in(record, group=group, timeout=timeout, what=what, fix=fix)
     check_consistent(records, ["config", "cat_states", "summed_states"], what, global_ranks)
+    for key in sorted(unset_ok or {}):
+        check_consistent(records, [key], what, global_ranks, field="unset_ok")
     layouts = {name: _agree_on_layout(name, [r["cat"][name] for r in records], what, global_ranks) for name in cat}
     comm = _comm_device(group, device)
     rows = {name: [r["cat"][name][2] for r in records] for name in cat}
@@ -101,6 +110,7 @@ def sync_states(
         cat={k: v.to(device) for k, v in gathered.items()},
         summed={k: v.to(device) for k, v in reduced.items()},
         rows_per_rank=rows,
+        info=[r["info"] for r in records],
     )
 
 

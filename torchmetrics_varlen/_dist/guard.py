@@ -133,11 +133,18 @@ def _forget(store: Any, old_prefix: str, rank: int) -> None:
         pass
 
 
-def check_consistent(records: list[dict[str, Any]], keys: list[str], what: str, global_ranks: list[int]) -> None:
-    """Raise (identically on every rank) if the ranks' records disagree on any of ``keys``."""
+def check_consistent(
+    records: list[dict[str, Any]], keys: list[str], what: str, global_ranks: list[int], field: str | None = None
+) -> None:
+    """Raise (identically on every rank) if the ranks' records disagree on any of ``keys``.
+
+    With ``field``, the values are looked up in ``record[field]`` and ``None`` (not decided yet, e.g. a rank without
+    data) agrees with anything.
+    """
     for key in keys:
-        values = [r.get(key) for r in records]
-        if any(v != values[0] for v in values[1:]):
+        values = [(r[field] if field else r).get(key) for r in records]
+        decided = [v for v in values if v is not None or field is None]
+        if any(v != decided[0] for v in decided[1:]):
             rows = "\n".join(f"  {_describe(r, global_ranks)}: {values[r]}" for r in range(len(values)))
             msg = (
                 f"{what}: the ranks disagree on `{key}`, so their states cannot be combined:\n{rows}\n"

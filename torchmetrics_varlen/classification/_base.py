@@ -1,17 +1,26 @@
-"""The state handling and synchronisation shared by the binary ranking metrics."""
+"""The state handling, dedup and synchronisation shared by the binary ranking metrics."""
 
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 from torchmetrics import Metric
 
-from torchmetrics_varlen._checks import Thresholds, threshold_tensor, validate_binary_tensors, validate_ranking_args
+from torchmetrics_varlen._checks import (
+    Thresholds,
+    threshold_tensor,
+    validate_binary_tensors,
+    validate_ranking_args,
+    validate_sample_ids,
+)
+from torchmetrics_varlen._dedup import SyncReport, dedup_by_id, sampler_kept_rows
 from torchmetrics_varlen._dist.exchange import sync_states
 from torchmetrics_varlen._dist.guard import resolve_group
 from torchmetrics_varlen.distributed import distributed_available
@@ -26,10 +35,21 @@ def _cat(state: list[Tensor] | Tensor, dtype: torch.dtype, device: torch.device)
     return torch.cat(state) if len(state) > 1 else state[0]
 
 
+def _element_ids(sample_ids: Tensor, shape: torch.Size) -> tuple[Tensor, Tensor]:
+    """Per-element ``(id, sub)`` keys: ids of the preds' shape are per element; ids of shape ``(rows,)`` per row."""
+    if sample_ids.shape == shape:
+        ids = sample_ids.reshape(-1).to(torch.int64)
+        return ids, torch.zeros_like(ids, dtype=torch.int32)
+    width = math.prod(shape[1:])
+    ids = sample_ids.to(torch.int64).repeat_interleave(width)
+    sub = torch.arange(width, dtype=torch.int32, device=ids.device).repeat(shape[0])
+    return ids, sub
+
+
 class _BinaryRankingMetric(Metric):
     """Scores and labels kept per sample (exact mode) or as a threshold confusion matrix (binned mode).
 
-    Subclasses set ``_fix_hint`` if needed and implement ``compute`` from :meth:`_exact_inputs` or ``self.confmat``.
+    Subclasses implement ``compute`` from :meth:`_evaluated` (exact) or :meth:`_evaluated_confmat` (binned).
     """
 
     is_differentiable = False
@@ -38,8 +58,12 @@ class _BinaryRankingMetric(Metric):
 
     preds: list[Tensor] | Tensor
     target: list[Tensor] | Tensor
+    ids: list[Tensor] | Tensor
+    ids_sub: list[Tensor] | Tensor
     confmat: Tensor
     num_samples: Tensor
+    rows_seen: Tensor
+    padding_dropped: Tensor
     thresholds: Tensor | None
 
     def __init__(
@@ -48,6 +72,7 @@ class _BinaryRankingMetric(Metric):
         thresholds: Thresholds = None,
         ignore_index: int | None = None,
         validate_args: bool = True,
+        dataset_size: int | None = None,
         sync_timeout: float | None = 60.0,
         _extra_config: dict[str, Any] | None = None,
         **kwargs: Any,
@@ -61,55 +86,187 @@ class _BinaryRankingMetric(Metric):
                 f" but got {sync_timeout!r}."
             )
             raise ValueError(msg)
+        if dataset_size is not None and (
+            isinstance(dataset_size, bool) or not isinstance(dataset_size, int) or dataset_size < 0
+        ):
+            msg = f"Expected argument `dataset_size` to be a non-negative int or None, but got {dataset_size!r}."
+            raise ValueError(msg)
         self.ignore_index = ignore_index
         self.validate_args = validate_args
         self.sync_timeout = sync_timeout
+        self.dataset_size = dataset_size
+        self.sync_report: SyncReport | None = None
         thr = threshold_tensor(thresholds)
         self.register_buffer("thresholds", thr, persistent=False)
         if thr is None:
-            self.add_state("preds", default=[], dist_reduce_fx="cat")
-            self.add_state("target", default=[], dist_reduce_fx="cat")
+            for name in ("preds", "target", "ids", "ids_sub"):
+                self.add_state(name, default=[], dist_reduce_fx="cat")
         else:
             self.add_state("confmat", default=torch.zeros(thr.numel(), 2, 2, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("num_samples", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        for name in ("num_samples", "rows_seen", "padding_dropped"):
+            self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self._config: dict[str, Any] = {
             "metric": type(self).__name__,
             "thresholds": None if thr is None else thr.tolist(),
             "ignore_index": ignore_index,
+            "dataset_size": dataset_size,
             **(_extra_config or {}),
         }
+        self._synced_info: list[dict[str, Any]] | None = None
+        self._position = 0  # host copy of rows_seen: the sampler position of the next row, without a device sync
+        self._in_forward = False
 
-    def update(self, preds: Tensor, target: Tensor) -> None:
+    # ------------------------------------------------------------------ update
+
+    def _dedup_mode(self) -> str | None:
+        """``"ids"`` or ``"none"`` once the first batch decided it; ``None`` before any batch."""
+        if self.thresholds is not None:
+            return "none" if self._update_count else None
+        ids, preds = self.ids, self.preds
+        has_ids = ids.numel() > 0 if isinstance(ids, Tensor) else bool(ids)
+        has_preds = preds.numel() > 0 if isinstance(preds, Tensor) else bool(preds)
+        return "ids" if has_ids else ("none" if has_preds else None)
+
+    def _group_position(self) -> tuple[int, int]:
+        if not distributed_available():
+            return 0, 1
+        group = resolve_group(self.process_group)
+        return dist.get_rank(group), dist.get_world_size(group)
+
+    def update(
+        self, preds: Tensor, target: Tensor, sample_ids: Tensor | None = None, *, _start: int | None = None
+    ) -> None:
         """Validate one batch and add it to the state; a batch that fails validation changes nothing.
 
         Args:
             preds: Scores of any shape, floating point (probabilities or logits).
             target: Labels of the same shape, integer or bool, in {0, 1} (or ``ignore_index``).
+            sample_ids: Optional global integer ids: one per element (same shape as ``preds``) or one per row
+                (shape ``(preds.shape[0],)``). After the sync each id counts once.
         """
-        if self.validate_args:
-            try:
+        try:
+            if self.validate_args:
                 validate_binary_tensors(preds, target, self.ignore_index)
-            except (ValueError, TypeError):
-                self._update_count -= 1  # the failed call must not count as an update either
-                raise
+                if sample_ids is not None:
+                    validate_sample_ids(sample_ids, preds.shape)
+            self._check_mode(sample_ids)
+        except (ValueError, TypeError):
+            self._update_count -= 1  # the failed call must not count as an update either
+            raise
+        rows = preds.shape[0] if preds.ndim else 1
+        keys = None if sample_ids is None else _element_ids(sample_ids.to(preds.device), preds.shape)
+        padding = 0
+        start = self._position if _start is None else _start
+        if self.dataset_size is not None and sample_ids is None:
+            rank, world = self._group_position()
+            padding = rows - sampler_kept_rows(start, rows, rank, world, self.dataset_size)
+            if padding:
+                preds, target = preds[: rows - padding], target[: rows - padding]
+        if keys is not None and self.ignore_index is not None:
+            kept = target.reshape(-1) != self.ignore_index
+            keys = (keys[0][kept], keys[1][kept])
         scores, labels = _format_binary(preds, target, self.ignore_index, binned=self.thresholds is not None)
         if self.thresholds is None:
-            assert isinstance(self.preds, list)
-            assert isinstance(self.target, list)
-            self.preds.append(scores)
-            self.target.append(labels)
+            cast(list[Tensor], self.preds).append(scores)
+            cast(list[Tensor], self.target).append(labels)
+            if keys is not None:
+                cast(list[Tensor], self.ids).append(keys[0])
+                cast(list[Tensor], self.ids_sub).append(keys[1])
         else:
             self.confmat += _binned_confmat(scores, labels, self.thresholds.to(scores.device))
-        self.num_samples += scores.numel()
+        self.num_samples.add_(scores.numel())
+        self.rows_seen.add_(rows)
+        self.padding_dropped.add_(padding)
+        self._position = start + rows
+
+    def _check_mode(self, sample_ids: Tensor | None) -> None:
+        if sample_ids is not None and self.thresholds is not None:
+            msg = (
+                f"{type(self).__name__}: `sample_ids` need the exact mode (thresholds=None), because binned mode keeps"
+                " only counts. Use `dataset_size=` to drop DistributedSampler padding in binned mode."
+            )
+            raise ValueError(msg)
+        mode, new = self._dedup_mode(), "none" if sample_ids is None else "ids"
+        if mode is not None and mode != new:
+            msg = (
+                f"{type(self).__name__}: this update {'has' if new == 'ids' else 'has no'} `sample_ids` but earlier"
+                f" updates {'had' if mode == 'ids' else 'had none'}. Pass `sample_ids` with every update or with none"
+                " (call reset() to switch)."
+            )
+            raise ValueError(msg)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Update with the batch and return its own value; sampler positions continue from the global state."""
+        kwargs.setdefault("_start", self._position)
+        self._in_forward = True  # the batch value is not an evaluation of the data set: no report, no warning
+        try:
+            return super().forward(*args, **kwargs)
+        finally:
+            self._in_forward = False
+
+    def reset(self) -> None:
+        """Forget every sample (``forward`` resets internally too: it passes the position explicitly)."""
+        super().reset()
+        self._position = 0
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        if int(self.num_samples) and not self._update_count:
+        self._position = int(self.rows_seen)
+        if self._position and not self._update_count:
             self._update_count = 1  # loaded states are updates: compute() must not warn that none happened
 
-    def _exact_inputs(self) -> tuple[Tensor, Tensor]:
+    # ------------------------------------------------------------------ compute
+
+    def _evaluated(self) -> tuple[Tensor, Tensor]:
+        """The samples to evaluate after dedup (ordered by id in id mode), and the accounting in ``sync_report``."""
         device = self.num_samples.device
-        return _cat(self.preds, torch.float32, device), _cat(self.target, torch.bool, device)
+        preds, target = _cat(self.preds, torch.float32, device), _cat(self.target, torch.bool, device)
+        kept_rows = None
+        if self._dedup_mode() == "ids":
+            ids = _cat(self.ids, torch.int64, device)
+            keep = dedup_by_id(ids, _cat(self.ids_sub, torch.int32, device), target)
+            preds, target = preds[keep], target[keep]
+            kept_ids = ids[keep]
+            kept_rows = int(kept_ids.numel() and 1 + (kept_ids[1:] != kept_ids[:-1]).sum())
+        self._report(kept_rows)
+        return preds, target
+
+    def _evaluated_confmat(self) -> Tensor:
+        self._report(None)
+        return self.confmat
+
+    def _report(self, kept_rows: int | None) -> None:
+        if self._in_forward:
+            return
+        info = self._synced_info if self._is_synced and self._synced_info else [self._local_info()]
+        seen = tuple(i["rows_seen"] for i in info)
+        padding = sum(i["padding_dropped"] for i in info)
+        received = sum(seen) - padding
+        kept = received if kept_rows is None else kept_rows
+        partial = not self._is_synced and self._group_position()[1] > 1  # sync_on_compute=False: a local view
+        missing = None if self.dataset_size is None or partial else max(0, self.dataset_size - kept)
+        self.sync_report = SyncReport(
+            world_size=len(info),
+            seen_per_rank=seen,
+            received=received,
+            duplicates_dropped=padding + received - kept,
+            kept=kept,
+            missing=missing,
+        )
+        rank = self._group_position()[0] if self._is_synced else 0
+        if missing and rank == 0:
+            warnings.warn(
+                f"{type(self).__name__}: dataset_size={self.dataset_size} but only {kept} samples were evaluated:"
+                f" {missing} were never seen. A DistributedSampler with drop_last=True drops the tail of the data"
+                " set; use drop_last=False (the padding it adds is removed exactly) to evaluate every sample.",
+                UserWarning,
+                stacklevel=3,
+            )
+
+    def _local_info(self) -> dict[str, Any]:
+        return {"rows_seen": int(self.rows_seen), "padding_dropped": int(self.padding_dropped)}
+
+    # ------------------------------------------------------------------ sync
 
     def _wrap_compute(self, compute: Callable[..., Any]) -> Callable[..., Any]:
         """Silence torchmetrics' "compute before update" warning on a rank that legitimately saw no data."""
@@ -126,14 +283,25 @@ class _BinaryRankingMetric(Metric):
         return wrapped_compute
 
     def _sync_dist(self, dist_sync_fn: Callable[..., Any] | None = None, process_group: Any | None = None) -> None:
-        """Replace torchmetrics' per-state gathers with one guarded, variable-length exchange (``dist_sync_fn``
-        is not used).
+        """One guarded, variable-length exchange of all states (replaces torchmetrics' per-state gathers).
+
+        ``dist_sync_fn`` is not used.
         """
         group = resolve_group(process_group or self.process_group)
         exact = self.thresholds is None
-        cat = dict(zip(("preds", "target"), self._exact_inputs(), strict=False)) if exact else {}
-        # Exact mode needs no all-reduce: the per-rank row counts arrive with the check-in.
-        summed = {} if exact else {"num_samples": self.num_samples, "confmat": self.confmat}
+        device = self.num_samples.device
+        cat: dict[str, Tensor] = {}
+        if exact:
+            cat = {
+                "preds": _cat(self.preds, torch.float32, device),
+                "target": _cat(self.target, torch.bool, device),
+                "ids": _cat(self.ids, torch.int64, device),
+                "ids_sub": _cat(self.ids_sub, torch.int32, device),
+            }
+            if cat["preds"].numel():
+                device = cat["preds"].device
+        # Counters travel with the check-in; only binned counts need an all-reduce.
+        summed = {} if exact else {"confmat": self.confmat}
         name = type(self).__name__
         result = sync_states(
             cat,
@@ -146,9 +314,12 @@ class _BinaryRankingMetric(Metric):
                 f"Call {name}.compute() (or log the metric) on every rank of its process group, not only on rank 0;"
                 " use sync_on_compute=False for a rank-local value."
             ),
-            device=self.num_samples.device if not exact or not cat["preds"].numel() else cat["preds"].device,
+            device=device,
+            info={**self._local_info(), "num_samples": int(self.num_samples)},
+            unset_ok={"dedup": self._dedup_mode()},
         )
         for key, value in {**result.cat, **result.summed}.items():
             setattr(self, key, value)
-        if exact:
-            self.num_samples = self.num_samples.new_tensor(sum(result.rows_per_rank["preds"]))
+        for key in ("num_samples", "rows_seen", "padding_dropped"):
+            setattr(self, key, self.num_samples.new_tensor(sum(i[key] for i in result.info)))
+        self._synced_info = result.info

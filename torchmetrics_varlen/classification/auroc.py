@@ -30,6 +30,9 @@ class VarlenAUROC(_BinaryRankingMetric):
         thresholds: ``None`` (exact), or an int / list / 1-D tensor for torchmetrics' binned approximation.
         ignore_index: Target value whose positions are ignored.
         validate_args: Validate arguments and every batch (``ValueError`` in ``update()``, state unchanged).
+        dataset_size: Size of the data set behind a ``DistributedSampler``: the padding the sampler adds (positions
+            ``>= dataset_size`` in its rank-interleaved order) is dropped in ``update()``, so every sample counts once.
+            With ``sample_ids`` it is only used to report missing samples.
         sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
         kwargs: Any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``, ``sync_on_compute``,
             ``process_group``, ...). ``dist_sync_fn`` is ignored: the metric syncs itself.
@@ -50,6 +53,7 @@ class VarlenAUROC(_BinaryRankingMetric):
         ignore_index: int | None = None,
         validate_args: bool = True,
         *,
+        dataset_size: int | None = None,
         sync_timeout: float | None = 60.0,
         **kwargs: Any,
     ) -> None:
@@ -59,6 +63,7 @@ class VarlenAUROC(_BinaryRankingMetric):
             thresholds=thresholds,
             ignore_index=ignore_index,
             validate_args=validate_args,
+            dataset_size=dataset_size,
             sync_timeout=sync_timeout,
             _extra_config={"max_fpr": max_fpr},
             **kwargs,
@@ -68,6 +73,6 @@ class VarlenAUROC(_BinaryRankingMetric):
     def compute(self) -> Tensor:
         """Exact (or binned) AUROC over everything seen by every rank of the process group."""
         if self.thresholds is not None:
-            return _binned_auroc(self.confmat, self.thresholds, self.max_fpr)
-        fps, tps, _ = _binary_counts(*self._exact_inputs())
+            return _binned_auroc(self._evaluated_confmat(), self.thresholds, self.max_fpr)
+        fps, tps, _ = _binary_counts(*self._evaluated())
         return _exact_auroc(fps, tps, self.max_fpr)

@@ -26,6 +26,9 @@ class VarlenAveragePrecision(_BinaryRankingMetric):
         thresholds: ``None`` (exact), or an int / list / 1-D tensor for torchmetrics' binned approximation.
         ignore_index: Target value whose positions are ignored.
         validate_args: Validate arguments and every batch.
+        dataset_size: Size of the data set behind a ``DistributedSampler``: the padding the sampler adds (positions
+            ``>= dataset_size`` in its rank-interleaved order) is dropped in ``update()``, so every sample counts once.
+            With ``sample_ids`` it is only used to report missing samples.
         sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
         kwargs: Any :class:`torchmetrics.Metric` keyword.
 
@@ -43,6 +46,7 @@ class VarlenAveragePrecision(_BinaryRankingMetric):
         ignore_index: int | None = None,
         validate_args: bool = True,
         *,
+        dataset_size: int | None = None,
         sync_timeout: float | None = 60.0,
         **kwargs: Any,
     ) -> None:
@@ -50,6 +54,7 @@ class VarlenAveragePrecision(_BinaryRankingMetric):
             thresholds=thresholds,
             ignore_index=ignore_index,
             validate_args=validate_args,
+            dataset_size=dataset_size,
             sync_timeout=sync_timeout,
             **kwargs,
         )
@@ -57,6 +62,6 @@ class VarlenAveragePrecision(_BinaryRankingMetric):
     def compute(self) -> Tensor:
         """Exact (or binned) average precision over everything seen by every rank of the process group."""
         if self.thresholds is not None:
-            return _binned_average_precision(self.confmat)
-        fps, tps, _ = _binary_counts(*self._exact_inputs())
+            return _binned_average_precision(self._evaluated_confmat())
+        fps, tps, _ = _binary_counts(*self._evaluated())
         return _exact_average_precision(fps, tps)

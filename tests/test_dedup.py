@@ -1,0 +1,173 @@
+"""Dedup, accounting and the padding wrapper in one process (the multi-rank matrix is in test_dedup_distributed)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _data import scores_and_labels
+from sklearn.metrics import accuracy_score, roc_auc_score
+from torchmetrics import MetricCollection
+from torchmetrics.classification import BinaryAccuracy
+
+from torchmetrics_varlen import DropSamplerPadding, SyncReport, VarlenAUROC, VarlenAveragePrecision
+
+
+def test_ids_count_once_and_report_duplicates() -> None:
+    preds, target = scores_and_labels(20, 1)
+    metric = VarlenAUROC()
+    metric.update(preds[:12], target[:12], sample_ids=torch.arange(12))
+    metric.update(preds[8:], target[8:], sample_ids=torch.arange(8, 20))  # ids 8..11 again
+    assert float(metric.compute()) == pytest.approx(roc_auc_score(target, preds), abs=1e-12)
+    assert metric.sync_report == SyncReport(
+        world_size=1, seen_per_rank=(24,), received=24, duplicates_dropped=4, kept=20, missing=None
+    )
+
+
+def test_row_ids_for_2d_inputs_and_ignore_index() -> None:
+    """One id per row of a (rows, tokens) batch; a repeated row is dropped whole, ignored tokens stay ignored."""
+    preds, target = scores_and_labels(40, 2)
+    preds, target = preds.view(8, 5), target.view(8, 5).clone()
+    target[:, 4] = -100
+    metric = VarlenAveragePrecision(ignore_index=-100)
+    metric.update(preds[:6], target[:6], sample_ids=torch.arange(6))
+    metric.update(preds[4:], target[4:], sample_ids=torch.arange(4, 8))
+    from sklearn.metrics import average_precision_score
+
+    keep = target != -100
+    assert float(metric.compute()) == pytest.approx(average_precision_score(target[keep], preds[keep]), abs=1e-12)
+    assert metric.sync_report is not None
+    assert metric.sync_report.kept == 8
+    assert metric.sync_report.duplicates_dropped == 2
+
+
+def test_dataset_size_single_process_reports_missing_and_warns() -> None:
+    preds, target = scores_and_labels(30, 3)
+    metric = VarlenAUROC(dataset_size=35)
+    metric.update(preds, target)
+    with pytest.warns(UserWarning, match="dataset_size=35 but only 30 samples were evaluated: 5 were never seen"):
+        metric.compute()
+    assert metric.sync_report is not None
+    assert metric.sync_report.missing == 5
+
+
+def test_dataset_size_drops_trailing_rows_beyond_the_data_set() -> None:
+    """One process with a data set of 10: rows 10.. are padding (a world size of 1 never pads, but the rule holds)."""
+    preds, target = scores_and_labels(14, 4)
+    metric = VarlenAUROC(dataset_size=10)
+    metric.update(preds[:7], target[:7])
+    metric.update(preds[7:], target[7:])
+    assert float(metric.compute()) == pytest.approx(roc_auc_score(target[:10], preds[:10]), abs=1e-12)
+    assert metric.sync_report is not None
+    assert metric.sync_report.duplicates_dropped == 4
+
+
+def test_forward_keeps_sampler_positions() -> None:
+    """forward() resets internally for the batch value; positions must still continue from the global state."""
+    preds, target = scores_and_labels(14, 5)
+    metric = VarlenAUROC(dataset_size=10)
+    metric(preds[:7], target[:7])
+    metric(preds[7:], target[7:])
+    assert float(metric.compute()) == pytest.approx(roc_auc_score(target[:10], preds[:10]), abs=1e-12)
+    metric.reset()
+    metric.update(preds[:10], target[:10])
+    assert metric.sync_report is not None  # from the earlier compute
+    assert float(metric.compute()) == pytest.approx(roc_auc_score(target[:10], preds[:10]), abs=1e-12)
+
+
+def test_mixing_updates_with_and_without_ids_raises() -> None:
+    preds, target = scores_and_labels(10, 6)
+    metric = VarlenAUROC()
+    metric.update(preds[:5], target[:5], sample_ids=torch.arange(5))
+    with pytest.raises(ValueError, match="this update has no `sample_ids` but earlier updates had"):
+        metric.update(preds[5:], target[5:])
+    other = VarlenAUROC()
+    other.update(preds[:5], target[:5])
+    with pytest.raises(ValueError, match="this update has `sample_ids` but earlier updates had none"):
+        other.update(preds[5:], target[5:], sample_ids=torch.arange(5, 10))
+    assert len(other.preds) == 1
+
+
+def test_conflicting_targets_raise_in_compute() -> None:
+    metric = VarlenAUROC()
+    metric.update(torch.tensor([0.3, 0.6]), torch.tensor([0, 1]), sample_ids=torch.tensor([7, 8]))
+    metric.update(torch.tensor([0.3]), torch.tensor([1]), sample_ids=torch.tensor([7]))
+    with pytest.raises(ValueError, match="Sample id 7 was seen twice with different targets \\(0 and 1\\)"):
+        metric.compute()
+
+
+@pytest.mark.parametrize(
+    ("ids", "match"),
+    [
+        (
+            torch.tensor([0.0, 1.0]),
+            "`sample_ids` to be an integer tensor of global sample ids, but got dtype torch.float32",
+        ),
+        (torch.tensor([0, -1]), "`sample_ids` to be >= 0, but found -1"),
+        (torch.tensor([0, 1, 2]), r"`sample_ids` to have the shape of `preds` \(2,\) or one id per row \(2,\)"),
+        (torch.tensor([True, False]), "integer tensor"),
+    ],
+)
+def test_bad_ids_raise_and_leave_state_unchanged(ids: torch.Tensor, match: str) -> None:
+    metric = VarlenAUROC()
+    with pytest.raises(ValueError, match=match):
+        metric.update(torch.tensor([0.2, 0.4]), torch.tensor([0, 1]), sample_ids=ids)
+    assert metric.preds == []
+    assert metric.ids == []
+    assert metric.update_count == 0
+
+
+def test_ids_need_exact_mode() -> None:
+    metric = VarlenAUROC(thresholds=10)
+    with pytest.raises(ValueError, match="`sample_ids` need the exact mode"):
+        metric.update(torch.tensor([0.2]), torch.tensor([1]), sample_ids=torch.tensor([0]))
+
+
+def test_binned_mode_with_dataset_size() -> None:
+    from torchmetrics.functional.classification import binary_auroc
+
+    preds, target = scores_and_labels(14, 7)
+    metric = VarlenAUROC(thresholds=9, dataset_size=10)
+    metric.update(preds.float(), target)
+    assert float(metric.compute()) == pytest.approx(
+        float(binary_auroc(preds[:10].float(), target[:10], thresholds=9)), abs=1e-6
+    )
+
+
+@pytest.mark.parametrize("dataset_size", [-1, 2.5, True])
+def test_bad_dataset_size(dataset_size: object) -> None:
+    with pytest.raises(ValueError, match="Expected argument `dataset_size` to be a non-negative int"):
+        VarlenAUROC(dataset_size=dataset_size)  # type: ignore[arg-type]
+
+
+def test_wrapper_single_process_forward_reset_state_dict_and_collection() -> None:
+    preds = torch.tensor([1, 0, 1, 1, 0, 1])
+    target = torch.tensor([1, 0, 0, 1, 0, 0])
+    acc = DropSamplerPadding(BinaryAccuracy(), dataset_size=4)
+    assert float(acc(preds[:3], target[:3])) == pytest.approx(accuracy_score(target[:3], preds[:3]))
+    acc.update(preds[3:5], target[3:5])  # positions 3 (real) and 4 (padding)
+    assert acc(preds[5:], target[5:]) is None  # position 5: only padding, the wrapped metric is not called
+    assert float(acc.compute()) == pytest.approx(accuracy_score(target[:4], preds[:4]))
+    acc.reset()
+    acc.update(preds, target)
+    assert float(acc.compute()) == pytest.approx(accuracy_score(target[:4], preds[:4]))
+    acc.persistent(True)
+    clone = DropSamplerPadding(BinaryAccuracy(), dataset_size=4)
+    clone.persistent(True)
+    clone.load_state_dict(acc.state_dict())
+    assert float(clone.compute()) == float(acc.compute())
+    collection = MetricCollection(
+        {"acc": DropSamplerPadding(BinaryAccuracy(), dataset_size=4), "auroc": VarlenAUROC(dataset_size=4)}
+    )
+    collection.update(preds.float(), target)
+    values = collection.compute()
+    assert float(values["acc"]) == pytest.approx(accuracy_score(target[:4], preds[:4]))
+    assert float(values["auroc"]) == pytest.approx(roc_auc_score(target[:4], preds[:4]))
+
+
+def test_wrapper_argument_errors() -> None:
+    with pytest.raises(TypeError, match="Expected `metric` to be a torchmetrics.Metric, but got int"):
+        DropSamplerPadding(3, dataset_size=2)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="`dataset_size` to be a non-negative int"):
+        DropSamplerPadding(BinaryAccuracy(), dataset_size=-2)
+    with pytest.raises(ValueError, match="at least one tensor argument"):
+        DropSamplerPadding(BinaryAccuracy(), dataset_size=2).update([1], [1])

@@ -1,0 +1,92 @@
+"""Pure dedup functions: which samples are real. No ``torch.distributed``, no metric.
+
+Two rules:
+
+- **Sampler padding** (``dataset_size=N``): ``DistributedSampler`` deals sample ``j`` of rank ``r`` (of ``W``) from
+  global position ``j * W + r`` of its (possibly shuffled) index list and pads the list to a multiple of ``W`` by
+  repeating its head. Positions ``>= N`` are the padding. Each rank knows ``j``, ``r`` and ``W`` at update time, so
+  the padding is dropped before it is ever stored.
+- **Sample ids**: each sample carries a global integer id; after the gather each id is kept once (its first copy in
+  rank order, then update order), and two copies with different targets are an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    """What the last ``compute()`` evaluated, counted in samples (rows of the ``update`` inputs).
+
+    Attributes:
+        world_size: Ranks whose data was combined (1 without a sync).
+        seen_per_rank: Samples each rank passed to ``update()``, padding included.
+        received: Samples that reached ``compute()`` after sampler padding was dropped (``dataset_size``).
+        duplicates_dropped: Sampler padding plus repeated ``sample_ids`` that were not counted.
+        kept: Distinct samples evaluated.
+        missing: With ``dataset_size``: samples of the data set that no rank evaluated
+            (``drop_last=True`` loses the tail); ``None`` without ``dataset_size``.
+    """
+
+    world_size: int
+    seen_per_rank: tuple[int, ...]
+    received: int
+    duplicates_dropped: int
+    kept: int
+    missing: int | None
+
+
+def sampler_kept_rows(start: int, rows: int, rank: int, world: int, dataset_size: int) -> int:
+    """How many of ``rows`` consecutive samples, the first being this rank's ``start``-th, are not sampler padding.
+
+    Positions grow with the sample index, so the real samples are always a prefix of the batch.
+
+    Example:
+        >>> sampler_kept_rows(start=2, rows=2, rank=1, world=3, dataset_size=8)  # positions 7 and 10
+        1
+    """
+    # (start + i) * world + rank < dataset_size  <=>  start + i < ceil((dataset_size - rank) / world)
+    limit = -(-(dataset_size - rank) // world)
+    return max(0, min(rows, limit - start))
+
+
+def dedup_by_id(ids: Tensor, sub: Tensor, target: Tensor) -> Tensor:
+    """Indices that keep one copy of each ``(id, sub)`` key, ordered by key; the first copy wins.
+
+    ``sub`` distinguishes the elements of one sample (the column of a 2-D row that shares one id); it is all zeros
+    for 1-D inputs.
+
+    Raises:
+        ValueError: If two copies of a key have different ``target`` values.
+
+    Example:
+        >>> from torch import tensor
+        >>> dedup_by_id(tensor([5, 3, 5, 9]), tensor([0, 0, 0, 0]), tensor([1, 0, 1, 0]))
+        tensor([1, 0, 3])
+    """
+    if ids.numel() == 0:
+        return torch.zeros(0, dtype=torch.int64, device=ids.device)
+    order = torch.sort(sub, stable=True).indices
+    order = order[torch.sort(ids[order], stable=True).indices]
+    sorted_ids, sorted_sub = ids[order], sub[order]
+    first = torch.ones_like(sorted_ids, dtype=torch.bool)
+    first[1:] = (sorted_ids[1:] != sorted_ids[:-1]) | (sorted_sub[1:] != sorted_sub[:-1])
+    # Index of the first copy of each element's key: a running max over the positions where a key starts.
+    starts = torch.where(first, torch.arange(first.numel(), device=ids.device), torch.zeros_like(sorted_ids))
+    group_start = torch.cummax(starts, dim=0).values
+    sorted_target = target[order]
+    conflict = sorted_target != sorted_target[group_start]
+    if bool(conflict.any()):
+        bad = int(torch.nonzero(conflict)[0, 0])
+        key = int(sorted_ids[bad])
+        a, b = int(sorted_target[group_start[bad]]), int(sorted_target[bad])
+        msg = (
+            f"Sample id {key} was seen twice with different targets ({a} and {b}). Copies of one id must be the"
+            " same sample: check that `sample_ids` are global dataset indices, not per-rank or per-batch positions."
+        )
+        raise ValueError(msg)
+    return order[first]
