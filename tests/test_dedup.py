@@ -100,10 +100,10 @@ def test_conflicting_targets_raise_in_compute() -> None:
     [
         (
             torch.tensor([0.0, 1.0]),
-            "`sample_ids` to be an integer tensor of global sample ids, but got dtype torch.float32",
+            "`sample_ids` to be an integer tensor, one value per sample, but got dtype torch.float32",
         ),
         (torch.tensor([0, -1]), "`sample_ids` to be >= 0, but found -1"),
-        (torch.tensor([0, 1, 2]), r"`sample_ids` to have the shape of `preds` \(2,\) or one id per row \(2,\)"),
+        (torch.tensor([0, 1, 2]), r"`sample_ids` to have the sample shape \(2,\) or one value per row \(2,\)"),
         (torch.tensor([True, False]), "integer tensor"),
     ],
 )

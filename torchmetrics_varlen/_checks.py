@@ -91,21 +91,23 @@ def validate_binary_tensors(preds: Tensor, target: Tensor, ignore_index: int | N
         raise ValueError(msg)
 
 
-def validate_sample_ids(sample_ids: Tensor, shape: torch.Size) -> None:
-    """Check ``sample_ids``: integers >= 0, one per element (``shape``) or one per row (``(shape[0],)``)."""
+def validate_sample_ids(
+    sample_ids: Tensor, shape: torch.Size, *, name: str = "sample_ids", non_negative: bool = True
+) -> None:
+    """Check per-sample integers (ids, groups): one per element (``shape``) or one per row (``(shape[0],)``)."""
     if not isinstance(sample_ids, Tensor):
-        msg = f"Expected `sample_ids` to be an integer tensor, but got {type(sample_ids).__name__}."
+        msg = f"Expected `{name}` to be an integer tensor, but got {type(sample_ids).__name__}."
         raise TypeError(msg)
     if sample_ids.is_floating_point() or sample_ids.is_complex() or sample_ids.dtype == torch.bool:
-        msg = f"Expected `sample_ids` to be an integer tensor of global sample ids, but got dtype {sample_ids.dtype}."
+        msg = f"Expected `{name}` to be an integer tensor, one value per sample, but got dtype {sample_ids.dtype}."
         raise ValueError(msg)
     rows = shape[0] if len(shape) else 1
     if sample_ids.shape != shape and tuple(sample_ids.shape) != (rows,):
         msg = (
-            f"Expected `sample_ids` to have the shape of `preds` {tuple(shape)} or one id per row ({rows},),"
+            f"Expected `{name}` to have the sample shape {tuple(shape)} or one value per row ({rows},),"
             f" but got {tuple(sample_ids.shape)}."
         )
         raise ValueError(msg)
-    if sample_ids.numel() and bool((sample_ids < 0).any()):
-        msg = f"Expected `sample_ids` to be >= 0, but found {int(sample_ids.min())}."
+    if non_negative and sample_ids.numel() and bool((sample_ids < 0).any()):
+        msg = f"Expected `{name}` to be >= 0, but found {int(sample_ids.min())}."
         raise ValueError(msg)

@@ -79,11 +79,11 @@ def dedup_by_id(ids: Tensor, sub: Tensor, target: Tensor) -> Tensor:
     starts = torch.where(first, torch.arange(first.numel(), device=ids.device), torch.zeros_like(sorted_ids))
     group_start = torch.cummax(starts, dim=0).values
     sorted_target = target[order]
-    conflict = sorted_target != sorted_target[group_start]
+    conflict = (sorted_target != sorted_target[group_start]).reshape(sorted_target.shape[0], -1).any(dim=1)
     if bool(conflict.any()):
         bad = int(torch.nonzero(conflict)[0, 0])
         key = int(sorted_ids[bad])
-        a, b = int(sorted_target[group_start[bad]]), int(sorted_target[bad])
+        a, b = sorted_target[group_start[bad]].int().tolist(), sorted_target[bad].int().tolist()
         msg = (
             f"Sample id {key} was seen twice with different targets ({a} and {b}). Copies of one id must be the"
             " same sample: check that `sample_ids` are global dataset indices, not per-rank or per-batch positions."

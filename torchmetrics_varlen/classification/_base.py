@@ -1,4 +1,9 @@
-"""The state handling, dedup and synchronisation shared by the binary ranking metrics."""
+"""The state handling, dedup and synchronisation shared by every metric of the package.
+
+A metric keeps one row per sample in list states (exact mode) or a summed multi-threshold confusion matrix
+(binned mode). ``update`` validates, drops sampler padding, formats and appends; ``compute`` runs after one guarded
+sync, drops duplicate ids and hands the rows to the functional core.
+"""
 
 from __future__ import annotations
 
@@ -13,43 +18,45 @@ import torch.distributed as dist
 from torch import Tensor
 from torchmetrics import Metric
 
-from torchmetrics_varlen._checks import (
-    Thresholds,
-    threshold_tensor,
-    validate_binary_tensors,
-    validate_ranking_args,
-    validate_sample_ids,
-)
+from torchmetrics_varlen._checks import Thresholds, threshold_tensor, validate_ranking_args, validate_sample_ids
 from torchmetrics_varlen._dedup import SyncReport, dedup_by_id, sampler_kept_rows
 from torchmetrics_varlen._dist.exchange import sync_states
 from torchmetrics_varlen._dist.guard import resolve_group
 from torchmetrics_varlen.distributed import distributed_available
-from torchmetrics_varlen.functional._ranking import _binned_confmat, _format_binary
+from torchmetrics_varlen.functional._tasks import (
+    Average,
+    binned_state,
+    empty_state,
+    format_inputs,
+    validate_inputs,
+    validate_task_args,
+)
+
+_COUNTERS = ("num_samples", "rows_seen", "padding_dropped")
 
 
-def _cat(state: list[Tensor] | Tensor, dtype: torch.dtype, device: torch.device) -> Tensor:
+def _cat(state: list[Tensor] | Tensor, empty: Tensor) -> Tensor:
     if isinstance(state, Tensor):
         return state
     if not state:
-        return torch.empty(0, dtype=dtype, device=device)
+        return empty
     return torch.cat(state) if len(state) > 1 else state[0]
 
 
-def _element_ids(sample_ids: Tensor, shape: torch.Size) -> tuple[Tensor, Tensor]:
-    """Per-element ``(id, sub)`` keys: ids of the preds' shape are per element; ids of shape ``(rows,)`` per row."""
-    if sample_ids.shape == shape:
-        ids = sample_ids.reshape(-1).to(torch.int64)
-        return ids, torch.zeros_like(ids, dtype=torch.int32)
+def _per_element(values: Tensor, shape: torch.Size) -> tuple[Tensor, Tensor]:
+    """Expand per-row ``values`` over a sample shape: ``(flat values, position within the row)``."""
+    if values.shape == shape:
+        flat = values.reshape(-1)
+        return flat, torch.zeros(flat.shape, dtype=torch.int32, device=flat.device)
     width = math.prod(shape[1:])
-    ids = sample_ids.to(torch.int64).repeat_interleave(width)
-    sub = torch.arange(width, dtype=torch.int32, device=ids.device).repeat(shape[0])
-    return ids, sub
+    flat = values.repeat_interleave(width)
+    sub = torch.arange(width, dtype=torch.int32, device=values.device).repeat(shape[0])
+    return flat, sub
 
 
-class _BinaryRankingMetric(Metric):
-    """Scores and labels kept per sample (exact mode) or as a threshold confusion matrix (binned mode).
-
-    Subclasses implement ``compute`` from :meth:`_evaluated` (exact) or :meth:`_evaluated_confmat` (binned).
+class _VarlenMetric(Metric):
+    """Base of the package's metrics. Subclasses implement ``compute`` from :meth:`_evaluated` (exact) or
+    :meth:`_evaluated_confmat` (binned), and may add per-row states (``row_extras``, e.g. groups).
     """
 
     is_differentiable = False
@@ -69,15 +76,21 @@ class _BinaryRankingMetric(Metric):
     def __init__(
         self,
         *,
+        task: str = "binary",
+        num_classes: int | None = None,
+        num_labels: int | None = None,
+        average: Average = "macro",
         thresholds: Thresholds = None,
         ignore_index: int | None = None,
         validate_args: bool = True,
         dataset_size: int | None = None,
         sync_timeout: float | None = 60.0,
-        _extra_config: dict[str, Any] | None = None,
+        row_extras: tuple[str, ...] = (),
+        config: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        validate_task_args(task, num_classes, num_labels, average)
         if validate_args:
             validate_ranking_args(thresholds=thresholds, ignore_index=ignore_index)
         if sync_timeout is not None and (isinstance(sync_timeout, bool) or not sync_timeout > 0):
@@ -91,32 +104,53 @@ class _BinaryRankingMetric(Metric):
         ):
             msg = f"Expected argument `dataset_size` to be a non-negative int or None, but got {dataset_size!r}."
             raise ValueError(msg)
+        self.task = task
+        self.num_classes = num_classes
+        self.num_labels = num_labels
+        self.average = average
         self.ignore_index = ignore_index
         self.validate_args = validate_args
         self.sync_timeout = sync_timeout
         self.dataset_size = dataset_size
         self.sync_report: SyncReport | None = None
+        self._row_extras = row_extras
+        self._width: int = (num_classes if task == "multiclass" else num_labels) or 1
         thr = threshold_tensor(thresholds)
         self.register_buffer("thresholds", thr, persistent=False)
         if thr is None:
-            for name in ("preds", "target", "ids", "ids_sub"):
+            for name in ("preds", "target", "ids", "ids_sub", *row_extras):
                 self.add_state(name, default=[], dist_reduce_fx="cat")
         else:
-            self.add_state("confmat", default=torch.zeros(thr.numel(), 2, 2, dtype=torch.long), dist_reduce_fx="sum")
-        for name in ("num_samples", "rows_seen", "padding_dropped"):
+            self.add_state("confmat", default=empty_state(task, thr.numel(), self._width), dist_reduce_fx="sum")
+        for name in _COUNTERS:
             self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self._config: dict[str, Any] = {
             "metric": type(self).__name__,
+            "task": task,
+            "num_classes": num_classes,
+            "num_labels": num_labels,
+            "average": average,
             "thresholds": None if thr is None else thr.tolist(),
             "ignore_index": ignore_index,
             "dataset_size": dataset_size,
-            **(_extra_config or {}),
+            **(config or {}),
         }
         self._synced_info: list[dict[str, Any]] | None = None
         self._position = 0  # host copy of rows_seen: the sampler position of the next row, without a device sync
         self._in_forward = False
 
     # ------------------------------------------------------------------ update
+
+    def _empty(self, name: str) -> Tensor:
+        """A zero-row tensor of the stored form of state ``name``."""
+        device = self.num_samples.device
+        if name == "preds":
+            shape: tuple[int, ...] = (0,) if self.task == "binary" else (0, self._width)
+            return torch.zeros(shape, dtype=torch.float32, device=device)
+        if name == "target":
+            dtype = {"binary": torch.bool, "multiclass": torch.int64, "multilabel": torch.int8}[self.task]
+            return torch.zeros((0,) if self.task != "multilabel" else (0, self._width), dtype=dtype, device=device)
+        return torch.zeros(0, dtype=torch.int32 if name == "ids_sub" else torch.int64, device=device)
 
     def _dedup_mode(self) -> str | None:
         """``"ids"`` or ``"none"`` once the first batch decided it; ``None`` before any batch."""
@@ -133,51 +167,72 @@ class _BinaryRankingMetric(Metric):
         group = resolve_group(self.process_group)
         return dist.get_rank(group), dist.get_world_size(group)
 
-    def update(
-        self, preds: Tensor, target: Tensor, sample_ids: Tensor | None = None, *, _start: int | None = None
-    ) -> None:
-        """Validate one batch and add it to the state; a batch that fails validation changes nothing.
+    def _sample_shape(self, preds: Tensor, target: Tensor) -> torch.Size:
+        """Shape of the samples of one batch (what one id or one group label can be given for)."""
+        if self.task == "multiclass":
+            return target.shape
+        if self.task == "multilabel":
+            return target.shape[:1] + target.shape[2:]
+        return preds.shape
 
-        Args:
-            preds: Scores of any shape, floating point (probabilities or logits).
-            target: Labels of the same shape, integer or bool, in {0, 1} (or ``ignore_index``).
-            sample_ids: Optional global integer ids: one per element (same shape as ``preds``) or one per row
-                (shape ``(preds.shape[0],)``). After the sync each id counts once.
-        """
-        try:
-            if self.validate_args:
-                validate_binary_tensors(preds, target, self.ignore_index)
-                if sample_ids is not None:
-                    validate_sample_ids(sample_ids, preds.shape)
-            self._check_mode(sample_ids)
-        except (ValueError, TypeError):
-            self._update_count -= 1  # the failed call must not count as an update either
-            raise
+    def _update(
+        self,
+        preds: Tensor,
+        target: Tensor,
+        sample_ids: Tensor | None,
+        extras: dict[str, Tensor],
+        start: int | None,
+    ) -> None:
+        """Validate, drop sampler padding, format and append one batch; all or nothing."""
+        self._validate_batch(preds, target, sample_ids, extras)
         rows = preds.shape[0] if preds.ndim else 1
-        keys = None if sample_ids is None else _element_ids(sample_ids.to(preds.device), preds.shape)
+        start = self._position if start is None else start
         padding = 0
-        start = self._position if _start is None else _start
         if self.dataset_size is not None and sample_ids is None:
             rank, world = self._group_position()
             padding = rows - sampler_kept_rows(start, rows, rank, world, self.dataset_size)
             if padding:
-                preds, target = preds[: rows - padding], target[: rows - padding]
-        if keys is not None and self.ignore_index is not None:
-            kept = target.reshape(-1) != self.ignore_index
-            keys = (keys[0][kept], keys[1][kept])
-        scores, labels = _format_binary(preds, target, self.ignore_index, binned=self.thresholds is not None)
+                keep = rows - padding
+                preds, target = preds[:keep], target[:keep]
+                extras = {k: v[:keep] for k, v in extras.items()}
+        shape = self._sample_shape(preds, target)
+        per_row = dict(extras)
+        if sample_ids is not None:
+            per_row["ids"] = sample_ids
+        expanded: dict[str, Tensor] = {}
+        for name, values in per_row.items():
+            flat, sub = _per_element(values.to(device=preds.device, dtype=torch.int64), shape)
+            expanded[name] = flat
+            if name == "ids":
+                expanded["ids_sub"] = sub
+        scores, labels, kept = format_inputs(preds, target, self.task, self.ignore_index, self.thresholds is not None)
+        if kept is not None:
+            expanded = {k: v[kept] for k, v in expanded.items()}
         if self.thresholds is None:
-            cast(list[Tensor], self.preds).append(scores)
-            cast(list[Tensor], self.target).append(labels)
-            if keys is not None:
-                cast(list[Tensor], self.ids).append(keys[0])
-                cast(list[Tensor], self.ids_sub).append(keys[1])
+            for name, value in (("preds", scores), ("target", labels), *expanded.items()):
+                cast(list[Tensor], getattr(self, name)).append(value)
         else:
-            self.confmat += _binned_confmat(scores, labels, self.thresholds.to(scores.device))
-        self.num_samples.add_(scores.numel())
+            self.confmat += binned_state(scores, labels, self.task, self.thresholds.to(scores.device))
+        self.num_samples.add_(scores.shape[0])
         self.rows_seen.add_(rows)
         self.padding_dropped.add_(padding)
         self._position = start + rows
+
+    def _validate_batch(
+        self, preds: Tensor, target: Tensor, sample_ids: Tensor | None, extras: dict[str, Tensor]
+    ) -> None:
+        try:
+            if self.validate_args:
+                validate_inputs(preds, target, self.task, self.num_classes, self.num_labels, self.ignore_index)
+                shape = self._sample_shape(preds, target)
+                if sample_ids is not None:
+                    validate_sample_ids(sample_ids, shape)
+                for name, values in extras.items():
+                    validate_sample_ids(values, shape, name=name, non_negative=False)
+            self._check_mode(sample_ids)
+        except (ValueError, TypeError):
+            self._update_count -= 1  # the failed call must not count as an update either
+            raise
 
     def _check_mode(self, sample_ids: Tensor | None) -> None:
         if sample_ids is not None and self.thresholds is not None:
@@ -217,32 +272,34 @@ class _BinaryRankingMetric(Metric):
 
     # ------------------------------------------------------------------ compute
 
-    def _evaluated(self) -> tuple[Tensor, Tensor]:
-        """The samples to evaluate after dedup (ordered by id in id mode), and the accounting in ``sync_report``."""
-        device = self.num_samples.device
-        preds, target = _cat(self.preds, torch.float32, device), _cat(self.target, torch.bool, device)
-        kept_rows = None
+    def _rows(self, name: str) -> Tensor:
+        return _cat(getattr(self, name), self._empty(name))
+
+    def _evaluated(self) -> dict[str, Tensor]:
+        """The rows to evaluate after dedup (ordered by id in id mode); fills ``sync_report``."""
+        rows = {name: self._rows(name) for name in ("preds", "target", *self._row_extras)}
+        kept_samples = None
         if self._dedup_mode() == "ids":
-            ids = _cat(self.ids, torch.int64, device)
-            keep = dedup_by_id(ids, _cat(self.ids_sub, torch.int32, device), target)
-            preds, target = preds[keep], target[keep]
+            ids = self._rows("ids")
+            keep = dedup_by_id(ids, self._rows("ids_sub"), rows["target"])
+            rows = {name: value[keep] for name, value in rows.items()}
             kept_ids = ids[keep]
-            kept_rows = int(kept_ids.numel() and 1 + (kept_ids[1:] != kept_ids[:-1]).sum())
-        self._report(kept_rows)
-        return preds, target
+            kept_samples = int(kept_ids.numel() and 1 + (kept_ids[1:] != kept_ids[:-1]).sum())
+        self._report(kept_samples)
+        return rows
 
     def _evaluated_confmat(self) -> Tensor:
         self._report(None)
         return self.confmat
 
-    def _report(self, kept_rows: int | None) -> None:
+    def _report(self, kept_samples: int | None) -> None:
         if self._in_forward:
             return
         info = self._synced_info if self._is_synced and self._synced_info else [self._local_info()]
         seen = tuple(i["rows_seen"] for i in info)
         padding = sum(i["padding_dropped"] for i in info)
         received = sum(seen) - padding
-        kept = received if kept_rows is None else kept_rows
+        kept = received if kept_samples is None else kept_samples
         partial = not self._is_synced and self._group_position()[1] > 1  # sync_on_compute=False: a local view
         missing = None if self.dataset_size is None or partial else max(0, self.dataset_size - kept)
         self.sync_report = SyncReport(
@@ -289,17 +346,12 @@ class _BinaryRankingMetric(Metric):
         """
         group = resolve_group(process_group or self.process_group)
         exact = self.thresholds is None
-        device = self.num_samples.device
-        cat: dict[str, Tensor] = {}
-        if exact:
-            cat = {
-                "preds": _cat(self.preds, torch.float32, device),
-                "target": _cat(self.target, torch.bool, device),
-                "ids": _cat(self.ids, torch.int64, device),
-                "ids_sub": _cat(self.ids_sub, torch.int32, device),
-            }
-            if cat["preds"].numel():
-                device = cat["preds"].device
+        cat = (
+            {name: self._rows(name) for name in ("preds", "target", "ids", "ids_sub", *self._row_extras)}
+            if exact
+            else {}
+        )
+        device = cat["preds"].device if exact else self.confmat.device
         # Counters travel with the check-in; only binned counts need an all-reduce.
         summed = {} if exact else {"confmat": self.confmat}
         name = type(self).__name__
@@ -320,6 +372,23 @@ class _BinaryRankingMetric(Metric):
         )
         for key, value in {**result.cat, **result.summed}.items():
             setattr(self, key, value)
-        for key in ("num_samples", "rows_seen", "padding_dropped"):
+        for key in _COUNTERS:
             setattr(self, key, self.num_samples.new_tensor(sum(i[key] for i in result.info)))
         self._synced_info = result.info
+
+
+class _RankingMetric(_VarlenMetric):
+    """``update(preds, target, sample_ids=None)`` for the ranking metrics (AUROC, AP, curves, best F1)."""
+
+    def update(
+        self, preds: Tensor, target: Tensor, sample_ids: Tensor | None = None, *, _start: int | None = None
+    ) -> None:
+        """Validate one batch and add it to the state; a batch that fails validation changes nothing.
+
+        Args:
+            preds: Scores (see the class docstring for the shape of each task), floating point.
+            target: Labels, integer or bool.
+            sample_ids: Optional global integer ids, one per sample (shape ``(N,)``) or one per element of the
+                sample shape. After the sync each id counts once.
+        """
+        self._update(preds, target, sample_ids, {}, _start)

@@ -1,4 +1,4 @@
-"""``VarlenAUROC``: a drop-in for ``torchmetrics.classification.BinaryAUROC`` that stays exact under DDP."""
+"""``VarlenAUROC``: a drop-in for torchmetrics' ``BinaryAUROC`` (and the task AUROCs) that stays exact under DDP."""
 
 from __future__ import annotations
 
@@ -6,30 +6,39 @@ from typing import Any
 
 from torch import Tensor
 
-from torchmetrics_varlen._checks import Thresholds, validate_ranking_args
-from torchmetrics_varlen.classification._base import _BinaryRankingMetric
-from torchmetrics_varlen.functional._ranking import _binary_counts, _binned_auroc, _exact_auroc
+from torchmetrics_varlen._checks import Thresholds
+from torchmetrics_varlen.classification._base import _RankingMetric
+from torchmetrics_varlen.functional._tasks import Average
+from torchmetrics_varlen.functional.auroc import _compute, _compute_binned, _validate_args
 
 
-class VarlenAUROC(_BinaryRankingMetric):
-    r"""Area under the ROC curve for binary tasks, exact across ranks, uneven shards and empty ranks.
+class VarlenAUROC(_RankingMetric):
+    r"""Area under the ROC curve, exact across ranks, uneven shards, empty ranks and sampler padding.
 
-    Same constructor and inputs as :class:`torchmetrics.classification.BinaryAUROC`: ``update(preds, target)``
-    with floating scores (probabilities or logits) and integer labels in {0, 1} of the same, any, shape (flattened;
-    ``ignore_index`` positions dropped). Single-process values equal torchmetrics' (and scikit-learn's
-    ``roc_auc_score`` in exact mode).
+    Single process it is :class:`torchmetrics.classification.BinaryAUROC` with the same constructor and inputs
+    (``task="binary"``, the default): ``update(preds, target)`` with floating scores and integer labels in {0, 1}
+    of the same, any, shape. ``task="multiclass"`` (``preds (N, C, ...)``, ``target (N, ...)``, one-vs-rest) and
+    ``task="multilabel"`` (``preds``, ``target (N, L, ...)``) follow torchmetrics' ``MulticlassAUROC`` /
+    ``MultilabelAUROC``. Values equal torchmetrics' and scikit-learn's ``roc_auc_score``.
 
-    Exact mode (``thresholds=None``) keeps every score and computes the area from integer counts per distinct score
-    (ties form one step), so the value depends only on the multiset of samples, never on how they were split over
-    ranks or batches. ``compute()`` on several ranks runs one guarded exchange: a check-in on the process group's
-    store (a missing rank becomes a :class:`~torchmetrics_varlen.MetricSyncError` after ``sync_timeout`` seconds),
-    then one collective for all states, with ranks of any length, zero included.
+    Exact mode (``thresholds=None``) keeps every score and computes the area from integer counts per distinct
+    score (ties form one step), so the value depends only on the set of samples evaluated, never on how they were
+    split over ranks or batches. ``compute()`` on several ranks runs one guarded exchange: a check-in on the
+    process group's store (a missing rank becomes a :class:`~torchmetrics_varlen.MetricSyncError` after
+    ``sync_timeout`` seconds), then one collective for all states, with ranks of any length, zero included.
+
+    Padded duplicates from ``DistributedSampler(drop_last=False)`` are removed with ``dataset_size=len(dataset)``
+    or by passing ``update(..., sample_ids=ids)``; ``sync_report`` tells what was evaluated.
 
     Args:
-        max_fpr: If given, the McClish-standardised partial AUC up to this false positive rate.
+        max_fpr: Binary only: the McClish-standardised partial AUC up to this false positive rate.
         thresholds: ``None`` (exact), or an int / list / 1-D tensor for torchmetrics' binned approximation.
         ignore_index: Target value whose positions are ignored.
         validate_args: Validate arguments and every batch (``ValueError`` in ``update()``, state unchanged).
+        task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
+        num_classes: Number of classes (multiclass).
+        num_labels: Number of labels (multilabel).
+        average: ``"macro"``, ``"weighted"``, ``"none"``, or ``"micro"`` (multilabel). Ignored for binary.
         dataset_size: Size of the data set behind a ``DistributedSampler``: the padding the sampler adds (positions
             ``>= dataset_size`` in its rank-interleaved order) is dropped in ``update()``, so every sample counts once.
             With ``sample_ids`` it is only used to report missing samples.
@@ -53,19 +62,26 @@ class VarlenAUROC(_BinaryRankingMetric):
         ignore_index: int | None = None,
         validate_args: bool = True,
         *,
+        task: str = "binary",
+        num_classes: int | None = None,
+        num_labels: int | None = None,
+        average: Average = "macro",
         dataset_size: int | None = None,
         sync_timeout: float | None = 60.0,
         **kwargs: Any,
     ) -> None:
-        if validate_args:
-            validate_ranking_args(max_fpr=max_fpr)
+        _validate_args(task, num_classes, num_labels, average, max_fpr, thresholds, ignore_index)
         super().__init__(
+            task=task,
+            num_classes=num_classes,
+            num_labels=num_labels,
+            average=average,
             thresholds=thresholds,
             ignore_index=ignore_index,
             validate_args=validate_args,
             dataset_size=dataset_size,
             sync_timeout=sync_timeout,
-            _extra_config={"max_fpr": max_fpr},
+            config={"max_fpr": max_fpr},
             **kwargs,
         )
         self.max_fpr = max_fpr
@@ -73,6 +89,6 @@ class VarlenAUROC(_BinaryRankingMetric):
     def compute(self) -> Tensor:
         """Exact (or binned) AUROC over everything seen by every rank of the process group."""
         if self.thresholds is not None:
-            return _binned_auroc(self._evaluated_confmat(), self.thresholds, self.max_fpr)
-        fps, tps, _ = _binary_counts(*self._evaluated())
-        return _exact_auroc(fps, tps, self.max_fpr)
+            return _compute_binned(self._evaluated_confmat(), self.thresholds, self.task, self.average, self.max_fpr)
+        rows = self._evaluated()
+        return _compute(rows["preds"], rows["target"], self.task, self.average, self.max_fpr)

@@ -1,4 +1,4 @@
-"""``VarlenAveragePrecision``: a drop-in for ``BinaryAveragePrecision`` that stays exact under DDP."""
+"""``VarlenAveragePrecision``: a drop-in for ``BinaryAveragePrecision`` (and the task APs), exact under DDP."""
 
 from __future__ import annotations
 
@@ -7,28 +7,31 @@ from typing import Any
 from torch import Tensor
 
 from torchmetrics_varlen._checks import Thresholds
-from torchmetrics_varlen.classification._base import _BinaryRankingMetric
-from torchmetrics_varlen.functional._ranking import _binary_counts, _binned_average_precision, _exact_average_precision
+from torchmetrics_varlen.classification._base import _RankingMetric
+from torchmetrics_varlen.functional._tasks import Average
+from torchmetrics_varlen.functional.average_precision import _compute, _compute_binned, _validate_args
 
 
-class VarlenAveragePrecision(_BinaryRankingMetric):
-    r"""Average precision for binary tasks, exact across ranks, uneven shards and empty ranks.
+class VarlenAveragePrecision(_RankingMetric):
+    r"""Average precision, exact across ranks, uneven shards, empty ranks and sampler padding.
 
-    Same constructor and inputs as :class:`torchmetrics.classification.BinaryAveragePrecision`:
-    ``update(preds, target)`` with floating scores and integer labels in {0, 1} of the same, any, shape.
-    Single-process values equal torchmetrics' (and scikit-learn's ``average_precision_score`` in exact mode:
-    ``sum_k (R_k - R_{k-1}) P_k`` over distinct scores, ties as one step, no interpolation).
+    Single process it is :class:`torchmetrics.classification.BinaryAveragePrecision` with the same constructor and
+    inputs; ``task="multiclass"`` / ``"multilabel"`` follow torchmetrics' task classes. Exact values equal
+    scikit-learn's ``average_precision_score``: ``sum_k (R_k - R_{k-1}) P_k`` over distinct scores, ties as one
+    step, no interpolation.
 
-    Synchronisation works as for :class:`~torchmetrics_varlen.VarlenAUROC`: one guarded exchange for all states,
-    any number of rows per rank.
+    Synchronisation, dedup (``dataset_size`` / ``sample_ids``) and ``sync_report`` work as for
+    :class:`~torchmetrics_varlen.VarlenAUROC`.
 
     Args:
         thresholds: ``None`` (exact), or an int / list / 1-D tensor for torchmetrics' binned approximation.
         ignore_index: Target value whose positions are ignored.
         validate_args: Validate arguments and every batch.
-        dataset_size: Size of the data set behind a ``DistributedSampler``: the padding the sampler adds (positions
-            ``>= dataset_size`` in its rank-interleaved order) is dropped in ``update()``, so every sample counts once.
-            With ``sample_ids`` it is only used to report missing samples.
+        task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
+        num_classes: Number of classes (multiclass).
+        num_labels: Number of labels (multilabel).
+        average: ``"macro"``, ``"weighted"``, ``"none"``, or ``"micro"`` (multilabel). Ignored for binary.
+        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
         sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
         kwargs: Any :class:`torchmetrics.Metric` keyword.
 
@@ -46,11 +49,20 @@ class VarlenAveragePrecision(_BinaryRankingMetric):
         ignore_index: int | None = None,
         validate_args: bool = True,
         *,
+        task: str = "binary",
+        num_classes: int | None = None,
+        num_labels: int | None = None,
+        average: Average = "macro",
         dataset_size: int | None = None,
         sync_timeout: float | None = 60.0,
         **kwargs: Any,
     ) -> None:
+        _validate_args(task, num_classes, num_labels, average, thresholds, ignore_index)
         super().__init__(
+            task=task,
+            num_classes=num_classes,
+            num_labels=num_labels,
+            average=average,
             thresholds=thresholds,
             ignore_index=ignore_index,
             validate_args=validate_args,
@@ -62,6 +74,6 @@ class VarlenAveragePrecision(_BinaryRankingMetric):
     def compute(self) -> Tensor:
         """Exact (or binned) average precision over everything seen by every rank of the process group."""
         if self.thresholds is not None:
-            return _binned_average_precision(self._evaluated_confmat())
-        fps, tps, _ = _binary_counts(*self._evaluated())
-        return _exact_average_precision(fps, tps)
+            return _compute_binned(self._evaluated_confmat(), self.task, self.average)
+        rows = self._evaluated()
+        return _compute(rows["preds"], rows["target"], self.task, self.average)

@@ -1,66 +1,132 @@
-"""Exact and binned binary ROC-AUC."""
+"""Exact and binned ROC-AUC for binary, multiclass (one-vs-rest) and multilabel tasks."""
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import Thresholds, threshold_tensor, validate_binary_tensors, validate_ranking_args
-from torchmetrics_varlen.functional._ranking import (
-    _binary_counts,
-    _binned_auroc,
-    _binned_confmat,
-    _exact_auroc,
-    _format_binary,
+from torchmetrics_varlen._checks import Thresholds, threshold_tensor, validate_ranking_args
+from torchmetrics_varlen.functional._ranking import _binary_counts, _binned_auroc, _exact_auroc
+from torchmetrics_varlen.functional._tasks import (
+    Average,
+    binned_state,
+    column_support,
+    columns,
+    format_inputs,
+    micro,
+    reduce_columns,
+    validate_inputs,
+    validate_task_args,
 )
+
+
+def _validate_args(
+    task: str,
+    num_classes: int | None,
+    num_labels: int | None,
+    average: Average,
+    max_fpr: float | None,
+    thresholds: Thresholds,
+    ignore_index: int | None,
+) -> None:
+    validate_task_args(task, num_classes, num_labels, average)
+    validate_ranking_args(max_fpr=max_fpr, thresholds=thresholds, ignore_index=ignore_index)
+    if max_fpr is not None and task != "binary":
+        msg = f"Argument `max_fpr` (partial AUC) is only defined for task='binary', but got task={task!r}."
+        raise ValueError(msg)
+
+
+def _compute(preds: Tensor, target: Tensor, task: str, average: Average, max_fpr: float | None) -> Tensor:
+    """Exact AUROC of inputs in their stored form (see ``_tasks``)."""
+    if task == "binary":
+        return _exact_auroc(*_binary_counts(preds, target)[:2], max_fpr)
+    if task == "multilabel" and average == "micro":
+        return _exact_auroc(*_binary_counts(*micro(preds, target))[:2])
+    values, support = [], []
+    for scores, positives in columns(preds, target, task):
+        n_pos = int(positives.sum())
+        support.append(n_pos)
+        if n_pos == 0 or n_pos == positives.numel():
+            values.append(float("nan"))
+        else:
+            values.append(float(_exact_auroc(*_binary_counts(scores, positives)[:2])))
+    return reduce_columns(torch.tensor(values, dtype=torch.float64), torch.tensor(support), average, "AUROC")
+
+
+def _compute_binned(confmat: Tensor, thresholds: Tensor, task: str, average: Average, max_fpr: float | None) -> Tensor:
+    """Binned AUROC from the summed confusion matrices."""
+    if task == "binary":
+        return _binned_auroc(confmat, thresholds, max_fpr)
+    if task == "multilabel" and average == "micro":
+        return _binned_auroc(confmat.sum(1), thresholds)
+    positives, negatives = column_support(confmat)
+    values = torch.stack([_binned_auroc(confmat[:, k], thresholds) for k in range(confmat.shape[1])])
+    values = torch.where((positives == 0) | (negatives == 0), torch.full_like(values, float("nan")), values)
+    return reduce_columns(values, positives, average, "AUROC")
 
 
 def auroc(
     preds: Tensor,
     target: Tensor,
     *,
+    task: str = "binary",
+    num_classes: int | None = None,
+    num_labels: int | None = None,
+    average: Average = "macro",
     max_fpr: float | None = None,
     thresholds: Thresholds = None,
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> Tensor:
-    r"""Area under the ROC curve for binary scores, exact by default.
+    r"""Area under the ROC curve, exact by default, for binary, multiclass and multilabel tasks.
 
-    Inputs of any shape are flattened: ``preds`` is a floating tensor of scores (probabilities or logits) and
-    ``target`` an integer or bool tensor of the same shape with labels in {0, 1}; positions where ``target`` equals
-    ``ignore_index`` are dropped.
+    Inputs follow torchmetrics:
 
-    With ``thresholds=None`` the value is exact: one sort of the scores, integer counts of positives and negatives
-    at every distinct score (tied scores form one step, as in scikit-learn's ``roc_auc_score``), and one float64
-    division at the end. Logits are ranked as they are (the area does not change under a sigmoid). With
-    ``thresholds`` (an int ``n`` for ``linspace(0, 1, n)``, a list or a 1-D tensor) the binned approximation of
-    torchmetrics' ``binary_auroc`` is returned instead.
+    - ``task="binary"``: ``preds`` floating scores of any shape (flattened), ``target`` the same shape, labels in
+      {0, 1}. Logits are ranked as they are (the area does not change under a sigmoid).
+    - ``task="multiclass"``: ``preds (N, C, ...)`` class scores (softmax applied per call, as torchmetrics does,
+      when they are not in [0, 1]), ``target (N, ...)`` class indices; one-vs-rest AUROC per class.
+    - ``task="multilabel"``: ``preds (N, L, ...)`` and ``target`` of the same shape, labels in {0, 1}.
+
+    With ``thresholds=None`` each value is exact: one sort per class, integer counts of positives and negatives
+    at every distinct score (tied scores form one step, as scikit-learn's ``roc_auc_score``), float64 at the end.
+    With ``thresholds`` (an int ``n`` for ``linspace(0, 1, n)``, a list or a 1-D tensor) the binned
+    approximation of torchmetrics is returned instead. Classes / labels without positive or without negative
+    samples have no AUROC: ``average="none"`` gives NaN for them and the other averages leave them out (warning).
 
     Args:
-        preds: Scores, any shape, floating point.
-        target: Labels, same shape, integer or bool.
-        max_fpr: If given, the McClish-standardised partial AUC over false positive rates in ``[0, max_fpr]``.
-        thresholds: ``None`` for the exact value, otherwise the thresholds of the binned approximation.
+        preds: Scores, see above.
+        target: Labels, see above.
+        task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
+        num_classes: Number of classes (multiclass).
+        num_labels: Number of labels (multilabel).
+        average: ``"macro"``, ``"weighted"`` (by the number of positives), ``"none"`` (per class), or
+            ``"micro"`` (multilabel: all entries as one binary problem). Ignored for binary.
+        max_fpr: Binary only: the McClish-standardised partial AUC over false positive rates in ``[0, max_fpr]``.
+        thresholds: ``None`` for exact values, otherwise the thresholds of the binned approximation.
         ignore_index: Target value whose positions are ignored.
-        validate_args: Check arguments and inputs (set ``False`` to skip the checks on a hot path).
+        validate_args: Check arguments and inputs.
 
     Returns:
-        A float64 scalar tensor. If only one class is present the value is ``0.0`` and a ``UserWarning`` says so,
-        as torchmetrics does.
+        A float64 tensor: a scalar, or one value per class / label with ``average="none"``. Binary input with one
+        class only gives ``0.0`` and a ``UserWarning``, as torchmetrics does.
 
     Raises:
-        ValueError: On invalid arguments, mismatched shapes, non-finite scores or labels outside {0, 1}.
+        ValueError: On invalid arguments, mismatched shapes, non-finite scores or labels out of range.
 
     Example:
         >>> from torch import tensor
         >>> auroc(tensor([0.1, 0.4, 0.35, 0.8]), tensor([0, 0, 1, 1]))
         tensor(0.7500, dtype=torch.float64)
+        >>> auroc(tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6], [0.3, 0.4, 0.3]]),
+        ...       tensor([0, 1, 2, 1]), task="multiclass", num_classes=3)
+        tensor(1., dtype=torch.float64)
     """
     if validate_args:
-        validate_ranking_args(max_fpr=max_fpr, thresholds=thresholds, ignore_index=ignore_index)
-        validate_binary_tensors(preds, target, ignore_index)
+        _validate_args(task, num_classes, num_labels, average, max_fpr, thresholds, ignore_index)
+        validate_inputs(preds, target, task, num_classes, num_labels, ignore_index)
     thr = threshold_tensor(thresholds, preds.device)
-    scores, labels = _format_binary(preds, target, ignore_index, binned=thr is not None)
+    scores, labels, _ = format_inputs(preds, target, task, ignore_index, binned=thr is not None)
     if thr is not None:
-        return _binned_auroc(_binned_confmat(scores, labels, thr), thr, max_fpr)
-    fps, tps, _ = _binary_counts(scores, labels)
-    return _exact_auroc(fps, tps, max_fpr)
+        return _compute_binned(binned_state(scores, labels, task, thr), thr, task, average, max_fpr)
+    return _compute(scores, labels, task, average, max_fpr)

@@ -1,51 +1,103 @@
-"""Exact and binned binary average precision."""
+"""Exact and binned average precision for binary, multiclass (one-vs-rest) and multilabel tasks."""
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import Thresholds, threshold_tensor, validate_binary_tensors, validate_ranking_args
-from torchmetrics_varlen.functional._ranking import (
-    _binary_counts,
-    _binned_average_precision,
-    _binned_confmat,
-    _exact_average_precision,
-    _format_binary,
+from torchmetrics_varlen._checks import Thresholds, threshold_tensor, validate_ranking_args
+from torchmetrics_varlen.functional._ranking import _binary_counts, _binned_average_precision, _exact_average_precision
+from torchmetrics_varlen.functional._tasks import (
+    Average,
+    binned_state,
+    column_support,
+    columns,
+    format_inputs,
+    micro,
+    reduce_columns,
+    validate_inputs,
+    validate_task_args,
 )
+
+
+def _validate_args(
+    task: str,
+    num_classes: int | None,
+    num_labels: int | None,
+    average: Average,
+    thresholds: Thresholds,
+    ignore_index: int | None,
+) -> None:
+    validate_task_args(task, num_classes, num_labels, average)
+    validate_ranking_args(thresholds=thresholds, ignore_index=ignore_index)
+
+
+def _compute(preds: Tensor, target: Tensor, task: str, average: Average) -> Tensor:
+    """Exact average precision of inputs in their stored form (see ``_tasks``)."""
+    if task == "binary":
+        return _exact_average_precision(*_binary_counts(preds, target)[:2])
+    if task == "multilabel" and average == "micro":
+        return _exact_average_precision(*_binary_counts(*micro(preds, target))[:2])
+    values, support = [], []
+    for scores, positives in columns(preds, target, task):
+        n_pos = int(positives.sum())
+        support.append(n_pos)
+        exact = _exact_average_precision(*_binary_counts(scores, positives)[:2]) if n_pos else None
+        values.append(float("nan") if exact is None else float(exact))
+    return reduce_columns(
+        torch.tensor(values, dtype=torch.float64), torch.tensor(support), average, "Average precision"
+    )
+
+
+def _compute_binned(confmat: Tensor, task: str, average: Average) -> Tensor:
+    """Binned average precision from the summed confusion matrices."""
+    if task == "binary":
+        return _binned_average_precision(confmat)
+    if task == "multilabel" and average == "micro":
+        return _binned_average_precision(confmat.sum(1))
+    positives, _ = column_support(confmat)
+    values = torch.stack([_binned_average_precision(confmat[:, k]) for k in range(confmat.shape[1])])
+    values = torch.where(positives == 0, torch.full_like(values, float("nan")), values)
+    return reduce_columns(values, positives, average, "Average precision")
 
 
 def average_precision(
     preds: Tensor,
     target: Tensor,
     *,
+    task: str = "binary",
+    num_classes: int | None = None,
+    num_labels: int | None = None,
+    average: Average = "macro",
     thresholds: Thresholds = None,
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> Tensor:
-    r"""Average precision for binary scores, exact by default.
+    r"""Average precision, exact by default, for binary, multiclass and multilabel tasks.
 
-    Inputs of any shape are flattened: ``preds`` is a floating tensor of scores (probabilities or logits) and
-    ``target`` an integer or bool tensor of the same shape with labels in {0, 1}; positions where ``target`` equals
-    ``ignore_index`` are dropped.
-
-    With ``thresholds=None`` the value is exact: ``AP = sum_k (R_k - R_{k-1}) P_k`` over the distinct scores in
-    decreasing order (tied scores form one step; no interpolation), as scikit-learn's ``average_precision_score``,
-    from integer counts accumulated in float64. With ``thresholds`` the binned approximation of torchmetrics'
-    ``binary_average_precision`` is returned instead.
+    Inputs as for :func:`~torchmetrics_varlen.functional.auroc`. With ``thresholds=None`` each value is exact:
+    ``AP = sum_k (R_k - R_{k-1}) P_k`` over the distinct scores in decreasing order (tied scores form one step;
+    no interpolation), as scikit-learn's ``average_precision_score``, from integer counts accumulated in float64.
+    With ``thresholds`` the binned approximation of torchmetrics is returned instead. Classes / labels without
+    positive samples have no AP: NaN with ``average="none"``, left out of the other averages (warning).
 
     Args:
-        preds: Scores, any shape, floating point.
-        target: Labels, same shape, integer or bool.
-        thresholds: ``None`` for the exact value, otherwise the thresholds of the binned approximation.
+        preds: Scores.
+        target: Labels.
+        task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
+        num_classes: Number of classes (multiclass).
+        num_labels: Number of labels (multilabel).
+        average: ``"macro"``, ``"weighted"`` (by the number of positives), ``"none"``, or ``"micro"`` (multilabel).
+        thresholds: ``None`` for exact values, otherwise the thresholds of the binned approximation.
         ignore_index: Target value whose positions are ignored.
         validate_args: Check arguments and inputs.
 
     Returns:
-        A float64 scalar tensor. Without positive samples the value is ``0.0`` and a ``UserWarning`` says so, as
-        torchmetrics does.
+        A float64 tensor: a scalar, or one value per class / label with ``average="none"``. Binary input without
+        positives gives ``0.0`` and a ``UserWarning``, as torchmetrics does.
 
     Raises:
-        ValueError: On invalid arguments, mismatched shapes, non-finite scores or labels outside {0, 1}.
+        ValueError: On invalid arguments, mismatched shapes, non-finite scores or labels out of range.
 
     Example:
         >>> from torch import tensor
@@ -53,11 +105,10 @@ def average_precision(
         tensor(0.8333, dtype=torch.float64)
     """
     if validate_args:
-        validate_ranking_args(thresholds=thresholds, ignore_index=ignore_index)
-        validate_binary_tensors(preds, target, ignore_index)
+        _validate_args(task, num_classes, num_labels, average, thresholds, ignore_index)
+        validate_inputs(preds, target, task, num_classes, num_labels, ignore_index)
     thr = threshold_tensor(thresholds, preds.device)
-    scores, labels = _format_binary(preds, target, ignore_index, binned=thr is not None)
+    scores, labels, _ = format_inputs(preds, target, task, ignore_index, binned=thr is not None)
     if thr is not None:
-        return _binned_average_precision(_binned_confmat(scores, labels, thr))
-    fps, tps, _ = _binary_counts(scores, labels)
-    return _exact_average_precision(fps, tps)
+        return _compute_binned(binned_state(scores, labels, task, thr), task, average)
+    return _compute(scores, labels, task, average)
