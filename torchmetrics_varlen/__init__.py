@@ -1,7 +1,14 @@
 """Exact distributed evaluation metrics for PyTorch: the same value on W ranks as on one device."""
 
 from torchmetrics_varlen._dedup import SyncReport
-from torchmetrics_varlen.classification import VarlenAUROC, VarlenAveragePrecision
+from torchmetrics_varlen.classification import (
+    VarlenAUROC,
+    VarlenAveragePrecision,
+    VarlenBestF1,
+    VarlenGroupAUROC,
+    VarlenPrecisionRecallCurve,
+    VarlenROC,
+)
 from torchmetrics_varlen.distributed import MetricSyncError, gather_varlen
 from torchmetrics_varlen.wrappers import DropSamplerPadding
 
@@ -13,6 +20,10 @@ __all__ = [
     "SyncReport",
     "VarlenAUROC",
     "VarlenAveragePrecision",
+    "VarlenBestF1",
+    "VarlenGroupAUROC",
+    "VarlenPrecisionRecallCurve",
+    "VarlenROC",
     "__version__",
     "gather_varlen",
 ]

@@ -2,5 +2,15 @@
 
 from torchmetrics_varlen.classification.auroc import VarlenAUROC
 from torchmetrics_varlen.classification.average_precision import VarlenAveragePrecision
+from torchmetrics_varlen.classification.best_f1 import VarlenBestF1
+from torchmetrics_varlen.classification.curves import VarlenPrecisionRecallCurve, VarlenROC
+from torchmetrics_varlen.classification.group_auroc import VarlenGroupAUROC
 
-__all__ = ["VarlenAUROC", "VarlenAveragePrecision"]
+__all__ = [
+    "VarlenAUROC",
+    "VarlenAveragePrecision",
+    "VarlenBestF1",
+    "VarlenGroupAUROC",
+    "VarlenPrecisionRecallCurve",
+    "VarlenROC",
+]

@@ -2,5 +2,8 @@
 
 from torchmetrics_varlen.functional.auroc import auroc
 from torchmetrics_varlen.functional.average_precision import average_precision
+from torchmetrics_varlen.functional.best_f1 import best_f1
+from torchmetrics_varlen.functional.curves import precision_recall_curve, roc
+from torchmetrics_varlen.functional.group_auroc import GroupAUROC, group_auroc
 
-__all__ = ["auroc", "average_precision"]
+__all__ = ["GroupAUROC", "auroc", "average_precision", "best_f1", "group_auroc", "precision_recall_curve", "roc"]

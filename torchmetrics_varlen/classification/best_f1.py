@@ -1,0 +1,65 @@
+"""``VarlenBestF1``: the best F1 over all thresholds and its threshold, exact under DDP."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from torchmetrics_varlen.classification._base import _RankingMetric
+from torchmetrics_varlen.functional.best_f1 import _compute, _validate_args
+
+
+class VarlenBestF1(_RankingMetric):
+    r"""The maximum F1 over every threshold, and the threshold that attains it, exact across ranks.
+
+    What people hand-roll from gathered predictions to pick a decision threshold on the validation set:
+    ``compute()`` returns ``(f1, threshold)``, predicting positive when ``score >= threshold``; among thresholds
+    with the same best F1 the highest wins. ``task="multilabel"`` returns one pair per label. It keeps the same
+    state as the precision-recall curve, so it shares a compute group with :class:`VarlenPrecisionRecallCurve`,
+    :class:`~torchmetrics_varlen.VarlenAUROC` and :class:`~torchmetrics_varlen.VarlenAveragePrecision` in a
+    ``MetricCollection``.
+
+    Args:
+        ignore_index: Target value whose positions are ignored.
+        validate_args: Validate arguments and every batch.
+        task: ``"binary"`` or ``"multilabel"``.
+        num_labels: Number of labels (multilabel).
+        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
+        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
+        kwargs: Any :class:`torchmetrics.Metric` keyword.
+
+    Example:
+        >>> from torch import tensor
+        >>> metric = VarlenBestF1()
+        >>> metric.update(tensor([0.1, 0.4, 0.35, 0.8]), tensor([0, 0, 1, 1]))
+        >>> metric.compute()
+        (tensor(0.8000, dtype=torch.float64), tensor(0.3500, dtype=torch.float64))
+    """
+
+    def __init__(
+        self,
+        ignore_index: int | None = None,
+        validate_args: bool = True,
+        *,
+        task: str = "binary",
+        num_labels: int | None = None,
+        dataset_size: int | None = None,
+        sync_timeout: float | None = 60.0,
+        **kwargs: Any,
+    ) -> None:
+        _validate_args(task, num_labels)
+        super().__init__(
+            task=task,
+            num_labels=num_labels,
+            ignore_index=ignore_index,
+            validate_args=validate_args,
+            dataset_size=dataset_size,
+            sync_timeout=sync_timeout,
+            **kwargs,
+        )
+
+    def compute(self) -> tuple[Tensor, Tensor]:
+        """``(best F1, its threshold)`` over everything seen by every rank of the process group."""
+        rows = self._evaluated()
+        return _compute(rows["preds"], rows["target"], self.task)

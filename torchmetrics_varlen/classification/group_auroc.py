@@ -1,0 +1,89 @@
+"""``VarlenGroupAUROC``: group AUC (GAUC) for recommender systems, exact under DDP."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from torchmetrics_varlen.classification._base import _VarlenMetric
+from torchmetrics_varlen.functional.group_auroc import GroupAUROC, Weighting, _compute, _validate_args
+
+
+class VarlenGroupAUROC(_VarlenMetric):
+    r"""Group AUC: the exact AUROC within every group (user, product, query), averaged over groups.
+
+    ``update(preds, target, groups=..., sample_ids=None)`` with binary scores and labels of any shape (flattened)
+    and an integer group per sample (the shape of ``preds``, or one per row). ``compute()`` returns the mean of
+    the per-group AUROCs over groups that contain both classes, weighted by each group's number of samples
+    (``weighting="samples"``, the impression-weighted GAUC) or uniformly; with ``return_per_group=True`` it returns
+    a :class:`~torchmetrics_varlen.functional.GroupAUROC` with every group's value and the number of groups skipped.
+    A group's samples may be spread over any number of ranks: the sync brings them together, and
+    ``dataset_size`` / ``sample_ids`` remove sampler padding as for :class:`~torchmetrics_varlen.VarlenAUROC`.
+
+    Args:
+        weighting: ``"samples"`` or ``"uniform"``.
+        ignore_index: Target value whose positions are ignored.
+        validate_args: Validate arguments and every batch.
+        return_per_group: Make ``compute()`` return the per-group detail.
+        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
+        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
+        kwargs: Any :class:`torchmetrics.Metric` keyword.
+
+    Example:
+        >>> from torch import tensor
+        >>> metric = VarlenGroupAUROC()
+        >>> metric.update(tensor([0.9, 0.2, 0.6]), tensor([1, 0, 1]), groups=tensor([7, 7, 7]))
+        >>> metric.update(tensor([0.7, 0.1, 0.4]), tensor([0, 0, 1]), groups=tensor([3, 3, 3]))
+        >>> metric.compute()
+        tensor(0.7500, dtype=torch.float64)
+    """
+
+    def __init__(
+        self,
+        weighting: Weighting = "samples",
+        ignore_index: int | None = None,
+        validate_args: bool = True,
+        *,
+        return_per_group: bool = False,
+        dataset_size: int | None = None,
+        sync_timeout: float | None = 60.0,
+        **kwargs: Any,
+    ) -> None:
+        _validate_args(weighting)
+        super().__init__(
+            ignore_index=ignore_index,
+            validate_args=validate_args,
+            dataset_size=dataset_size,
+            sync_timeout=sync_timeout,
+            row_extras=("groups",),
+            config={"weighting": weighting},
+            **kwargs,
+        )
+        self.weighting: Weighting = weighting
+        self.return_per_group = return_per_group
+
+    def update(
+        self,
+        preds: Tensor,
+        target: Tensor,
+        groups: Tensor,
+        sample_ids: Tensor | None = None,
+        *,
+        _start: int | None = None,
+    ) -> None:
+        """Validate one batch and add it to the state; a batch that fails validation changes nothing.
+
+        Args:
+            preds: Scores, any shape, floating point.
+            target: Labels in {0, 1}, same shape.
+            groups: Integer group of each sample (shape of ``preds``, or one per row).
+            sample_ids: Optional global integer ids (dedup): after the sync each id counts once.
+        """
+        self._update(preds, target, sample_ids, {"groups": groups}, _start)
+
+    def compute(self) -> Tensor | GroupAUROC:
+        """Group AUC over everything seen by every rank of the process group."""
+        rows = self._evaluated()
+        result = _compute(rows["preds"], rows["target"], rows["groups"], self.weighting)
+        return result if self.return_per_group else result.value

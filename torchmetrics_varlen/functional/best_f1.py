@@ -1,0 +1,77 @@
+"""The best F1 over all thresholds, and the threshold that attains it, exact."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import Tensor
+
+from torchmetrics_varlen.functional._ranking import _binary_counts
+from torchmetrics_varlen.functional._tasks import columns, format_inputs, validate_inputs, validate_task_args
+
+
+def _binary_best_f1(preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
+    fps, tps, thresholds = _binary_counts(preds, target)
+    n_pos = int(tps[-1]) if tps.numel() else 0
+    if n_pos == 0:
+        warnings.warn("No positive samples in targets: F1 is 0 at every threshold.", UserWarning, stacklevel=4)
+        nan = torch.tensor(float("nan"), dtype=torch.float64, device=preds.device)
+        return torch.zeros((), dtype=torch.float64, device=preds.device), nan
+    # F1 = 2 TP / (2 TP + FP + FN) = 2 TP / (TP + FP + P): integer numerator and denominator, one division.
+    f1 = 2.0 * tps.double() / (tps + fps + n_pos).double()
+    best = int(torch.argmax(f1))  # first maximum: the highest threshold among ties
+    return f1[best], thresholds[best].double()
+
+
+def _compute(preds: Tensor, target: Tensor, task: str) -> tuple[Tensor, Tensor]:
+    if task == "binary":
+        return _binary_best_f1(preds, target)
+    pairs = [_binary_best_f1(scores, positives) for scores, positives in columns(preds, target, task)]
+    return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+
+
+def _validate_args(task: str, num_labels: int | None) -> None:
+    if task not in ("binary", "multilabel"):
+        msg = f"Expected argument `task` to be 'binary' or 'multilabel', but got {task!r}."
+        raise ValueError(msg)
+    validate_task_args(task, None, num_labels, None)
+
+
+def best_f1(
+    preds: Tensor,
+    target: Tensor,
+    *,
+    task: str = "binary",
+    num_labels: int | None = None,
+    ignore_index: int | None = None,
+    validate_args: bool = True,
+) -> tuple[Tensor, Tensor]:
+    r"""The maximum F1 score over every threshold, and the threshold that attains it.
+
+    A sample is predicted positive when its score is ``>= threshold``. Every distinct score is tried (the exact
+    precision-recall curve), F1 is computed from integer counts as ``2 TP / (TP + FP + P)``, and among thresholds
+    with the same best F1 the highest is returned. Without positive samples F1 is 0 everywhere: the threshold is
+    NaN and a warning says so.
+
+    Args:
+        preds: Scores: any shape for binary, ``(N, L, ...)`` for multilabel.
+        target: Labels in {0, 1}, same shape.
+        task: ``"binary"`` or ``"multilabel"`` (one result per label).
+        num_labels: Number of labels (multilabel).
+        ignore_index: Target value whose positions are ignored.
+        validate_args: Check arguments and inputs.
+
+    Returns:
+        ``(f1, threshold)`` as float64 scalars, or ``(L,)`` vectors for multilabel.
+
+    Example:
+        >>> from torch import tensor
+        >>> best_f1(tensor([0.1, 0.4, 0.35, 0.8]), tensor([0, 0, 1, 1]))
+        (tensor(0.8000, dtype=torch.float64), tensor(0.3500, dtype=torch.float64))
+    """
+    if validate_args:
+        _validate_args(task, num_labels)
+        validate_inputs(preds, target, task, None, num_labels, ignore_index)
+    scores, labels, _ = format_inputs(preds, target, task, ignore_index, binned=False)
+    return _compute(scores, labels, task)
