@@ -34,6 +34,12 @@ from torchmetrics_varlen.functional._tasks import (
 
 _COUNTERS = ("num_samples", "rows_seen", "padding_dropped")
 
+# Syncs that metrics sharing their state lists (a torchmetrics compute group: AUROC, AP, curves, best F1 in one
+# MetricCollection) can reuse: key -> (the state lists, their lengths, the gathered states). Every rank of a group
+# runs the same update/compute sequence, so every rank reuses (or not) alike. Any update or reset of any metric of
+# the package empties it, so a gathered copy is never kept past the end of an evaluation.
+_SHARED_SYNCS: dict[tuple[Any, ...], tuple[list[Any], list[int], Any]] = {}
+
 
 def _cat(state: list[Tensor] | Tensor, empty: Tensor) -> Tensor:
     if isinstance(state, Tensor):
@@ -185,6 +191,7 @@ class _VarlenMetric(Metric):
     ) -> None:
         """Validate, drop sampler padding, format and append one batch; all or nothing."""
         self._validate_batch(preds, target, sample_ids, extras)
+        _SHARED_SYNCS.clear()
         rows = preds.shape[0] if preds.ndim else 1
         start = self._position if start is None else start
         padding = 0
@@ -263,6 +270,20 @@ class _VarlenMetric(Metric):
         """Forget every sample (``forward`` resets internally too: it passes the position explicitly)."""
         super().reset()
         self._position = 0
+        _SHARED_SYNCS.clear()
+
+    def _copy_state_dict(self) -> dict[str, list[Tensor] | Tensor]:
+        """Shallow copies of the list states instead of torchmetrics' clone of every stored batch.
+
+        Stored batches are never modified in place (``reset()`` empties the list, not the tensors), so a new list
+        holding the same tensors is a faithful snapshot for ``unsync()`` and ``forward()``, without a second copy of
+        every prediction. Tensor states (counters, binned counts) are small and mutated in place: they are cloned.
+        """
+        return {
+            attr: list(value) if isinstance(value, list) else value.detach().clone()
+            for attr in self._defaults
+            for value in (getattr(self, attr),)
+        }
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
@@ -354,6 +375,27 @@ class _VarlenMetric(Metric):
         device = cat["preds"].device if exact else self.confmat.device
         # Counters travel with the check-in; only binned counts need an all-reduce.
         summed = {} if exact else {"confmat": self.confmat}
+        result = self._shared_sync(cat, summed, group, device)
+        for key, value in {**result.cat, **result.summed}.items():
+            setattr(self, key, value)
+        for key in _COUNTERS:
+            setattr(self, key, self.num_samples.new_tensor(sum(i[key] for i in result.info)))
+        self._synced_info = result.info
+
+    def _shared_sync(self, cat: dict[str, Tensor], summed: dict[str, Tensor], group: Any, device: torch.device) -> Any:
+        """Sync, or reuse the sync another metric of the same compute group just did on these very state lists."""
+        names = ("preds", "target", "ids", "ids_sub", *self._row_extras) if self.thresholds is None else ("confmat",)
+        objs = [getattr(self, n) for n in names]
+        state_config = {
+            k: v
+            for k, v in self._config.items()
+            if k in ("task", "num_classes", "num_labels", "thresholds", "ignore_index", "dataset_size")
+        }
+        key = (tuple(id(o) for o in objs), repr(sorted(state_config.items())), id(group))
+        lengths = [len(o) if isinstance(o, list) else int(o.sum()) for o in objs]
+        entry = _SHARED_SYNCS.get(key)
+        if entry is not None and all(a is b for a, b in zip(entry[0], objs, strict=True)) and entry[1] == lengths:
+            return entry[2]
         name = type(self).__name__
         result = sync_states(
             cat,
@@ -370,11 +412,8 @@ class _VarlenMetric(Metric):
             info={**self._local_info(), "num_samples": int(self.num_samples)},
             unset_ok={"dedup": self._dedup_mode()},
         )
-        for key, value in {**result.cat, **result.summed}.items():
-            setattr(self, key, value)
-        for key in _COUNTERS:
-            setattr(self, key, self.num_samples.new_tensor(sum(i[key] for i in result.info)))
-        self._synced_info = result.info
+        _SHARED_SYNCS[key] = (objs, lengths, result)
+        return result
 
 
 class _RankingMetric(_VarlenMetric):
