@@ -70,7 +70,7 @@ class DropSamplerPadding(WrapperMetric):
             rank, world = dist.get_rank(group), dist.get_world_size(group)
         kept = sampler_kept_rows(self._position, rows, rank, world, self.dataset_size)
         self._position += rows
-        self.rows_seen.add_(rows)
+        self.rows_seen = self.rows_seen + rows  # out of place: see _VarlenMetric._update
         if kept == rows:
             return args, kwargs
         if kept == 0:

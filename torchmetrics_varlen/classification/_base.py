@@ -219,10 +219,12 @@ class _VarlenMetric(Metric):
             for name, value in (("preds", scores), ("target", labels), *expanded.items()):
                 cast(list[Tensor], getattr(self, name)).append(value)
         else:
-            self.confmat += binned_state(scores, labels, self.task, self.thresholds.to(scores.device))
-        self.num_samples.add_(scores.shape[0])
-        self.rows_seen.add_(rows)
-        self.padding_dropped.add_(padding)
+            self.confmat = self.confmat + binned_state(scores, labels, self.task, self.thresholds.to(scores.device))
+        # Out of place on purpose: a metric pickled to spawned processes (Lightning's ddp_spawn) can share its tensor
+        # states' storage across ranks, and an in-place add would then count every rank's samples on every rank.
+        self.num_samples = self.num_samples + scores.shape[0]
+        self.rows_seen = self.rows_seen + rows
+        self.padding_dropped = self.padding_dropped + padding
         self._position = start + rows
 
     def _validate_batch(
@@ -277,7 +279,7 @@ class _VarlenMetric(Metric):
 
         Stored batches are never modified in place (``reset()`` empties the list, not the tensors), so a new list
         holding the same tensors is a faithful snapshot for ``unsync()`` and ``forward()``, without a second copy of
-        every prediction. Tensor states (counters, binned counts) are small and mutated in place: they are cloned.
+        every prediction. Tensor states (counters, binned counts) are small: they are cloned.
         """
         return {
             attr: list(value) if isinstance(value, list) else value.detach().clone()
