@@ -183,3 +183,29 @@ def test_wrapper_makes_sum_state_metrics_exact(pool: DistPool, world: int, n: in
         assert got["acc"] == pytest.approx(expected["acc"], abs=1e-6)
         assert got["f1"] == pytest.approx(expected["f1"], abs=1e-6)
         assert got["cm"] == expected["cm"]
+
+
+def case_histogram(rank: int, world: int, n: int) -> list[float]:
+    out = []
+    for dtype in (torch.float16, torch.bfloat16):
+        metric = VarlenAUROC(thresholds=dtype, dataset_size=n, sync_timeout=20)
+        ap = VarlenAveragePrecision(thresholds=dtype, dataset_size=n, sync_timeout=20)
+        for preds, target, _ in _loader(n, 5, world, rank, 7, True, False):
+            metric.update(preds, target)
+            ap.update(preds, target)
+        out += [metric.compute().item(), ap.compute().item()]
+    return out
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_histogram_mode_with_sampler_padding(pool: DistPool, world: int) -> None:
+    """The 16-bit mode sums fixed-size histograms across ranks; dataset_size removes the padding first."""
+    from sklearn.metrics import average_precision_score, roc_auc_score
+
+    preds, target = scores_and_labels(101, 5, ties=True)
+    expected = []
+    for dtype in (torch.float16, torch.bfloat16):
+        rounded = preds.float().to(dtype).double()
+        expected += [roc_auc_score(target, rounded), average_precision_score(target, rounded)]
+    for got in pool.values(case_histogram, world, 101):
+        assert got == pytest.approx(expected, abs=1e-12)

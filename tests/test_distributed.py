@@ -108,6 +108,7 @@ def case_count(rank: int, world: int, n_states: int) -> dict[str, int]:
     for key, metric in {
         "ours_exact": VarlenAUROC(sync_timeout=20),
         "ours_binned": VarlenAUROC(thresholds=11, sync_timeout=20),
+        "ours_16bit": VarlenAUROC(thresholds=torch.bfloat16, sync_timeout=20),
         "torchmetrics": BinaryAUROC(),
     }.items():
         metric.update(preds[part].float(), target[part])
@@ -223,5 +224,6 @@ def test_one_collective_per_sync_whatever_the_number_of_states(pool: DistPool, w
         for c in counts:
             assert c["ours_exact"] == 1
             assert c["ours_binned"] == 1
+            assert c["ours_16bit"] == 1  # one fixed-size all-reduce of the histograms
             assert c["states"] == 1
             assert c["torchmetrics"] >= 4  # two list states, each at least a shape gather plus a data gather

@@ -189,3 +189,22 @@ def test_bad_tensors(preds: torch.Tensor, target: torch.Tensor, match: str) -> N
 def test_non_tensor_input_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="Expected `preds` and `target` to be tensors, but got list and Tensor"):
         auroc([0.1, 0.2], torch.tensor([0, 1]))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_every_float_dtype_ranks_exactly_including_negative_scores_and_signed_zeros(dtype: torch.dtype) -> None:
+    """The packed-key sort (16/32-bit) and the float sort (64-bit) give scikit-learn's values on the same numbers:
+    negative and positive scores, subnormals, extremes, and -0.0 tied with +0.0.
+    """
+    gen = torch.Generator().manual_seed(21)
+    info = torch.finfo(dtype)
+    sub, big = info.tiny / 4, info.max  # a subnormal and the largest finite value of the dtype
+    special = torch.tensor([-0.0, 0.0, -0.0, 0.0, sub, -sub, big, -big, 1.0, -1.0], dtype=torch.float64)
+    values = torch.cat([torch.randn(3000, generator=gen, dtype=torch.float64) * 3, special]).to(dtype)
+    target = torch.randint(0, 2, (values.numel(),), generator=gen)
+    target[-10:] = torch.tensor([1, 0, 0, 1, 1, 0, 1, 0, 1, 0])
+    as64 = values.double().numpy()
+    assert float(auroc(values, target)) == pytest.approx(roc_auc_score(target, as64), abs=1e-12)
+    assert float(average_precision(values, target)) == pytest.approx(average_precision_score(target, as64), abs=1e-12)
+    zeros = torch.tensor([-0.0, 0.0, 0.5], dtype=dtype)
+    assert float(auroc(zeros, torch.tensor([1, 0, 1]))) == pytest.approx(0.75, abs=1e-12)  # -0.0 ties with +0.0

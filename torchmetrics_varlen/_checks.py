@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-Thresholds = int | list[float] | Tensor | None
+Thresholds = int | list[float] | Tensor | torch.dtype | None
+HIST_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def validate_ranking_args(
@@ -17,11 +18,17 @@ def validate_ranking_args(
     ):
         msg = f"Expected argument `max_fpr` to be a float in the range (0, 1], but got {max_fpr!r}."
         raise ValueError(msg)
-    if thresholds is not None:
+    if isinstance(thresholds, torch.dtype) and thresholds not in HIST_DTYPES:
+        msg = (
+            "Expected argument `thresholds` given as a dtype to be torch.float16 or torch.bfloat16 (every value of"
+            f" that dtype is a threshold), but got {thresholds}."
+        )
+        raise ValueError(msg)
+    if thresholds is not None and not isinstance(thresholds, torch.dtype):
         if isinstance(thresholds, bool) or not isinstance(thresholds, (int, list, Tensor)):
             msg = (
-                "Expected argument `thresholds` to be None, an int, a list of floats or a 1-D tensor,"
-                f" but got {thresholds!r}."
+                "Expected argument `thresholds` to be None, an int, a list of floats, a 1-D tensor,"
+                f" torch.float16 or torch.bfloat16, but got {thresholds!r}."
             )
             raise ValueError(msg)
         if isinstance(thresholds, int) and thresholds < 2:
@@ -45,8 +52,10 @@ def validate_ranking_args(
 
 
 def threshold_tensor(thresholds: Thresholds, device: torch.device | None = None) -> Tensor | None:
-    """Turn the ``thresholds`` argument into a float tensor (``int`` means ``linspace(0, 1, n)``), or keep ``None``."""
-    if thresholds is None:
+    """Turn the ``thresholds`` argument into a float tensor (``int`` means ``linspace(0, 1, n)``); ``None`` for the
+    exact and the 16-bit histogram modes.
+    """
+    if thresholds is None or isinstance(thresholds, torch.dtype):
         return None
     if isinstance(thresholds, int):
         return torch.linspace(0, 1, thresholds, device=device)
@@ -111,3 +120,8 @@ def validate_sample_ids(
     if non_negative and sample_ids.numel() and bool((sample_ids < 0).any()):
         msg = f"Expected `{name}` to be >= 0, but found {int(sample_ids.min())}."
         raise ValueError(msg)
+
+
+def histogram_dtype(thresholds: Thresholds) -> torch.dtype | None:
+    """The 16-bit dtype of the histogram mode (``thresholds=torch.float16`` / ``torch.bfloat16``), else ``None``."""
+    return thresholds if isinstance(thresholds, torch.dtype) else None

@@ -18,16 +18,27 @@ import torch.distributed as dist
 from torch import Tensor
 from torchmetrics import Metric
 
-from torchmetrics_varlen._checks import Thresholds, threshold_tensor, validate_ranking_args, validate_sample_ids
+from torchmetrics_varlen._checks import (
+    Thresholds,
+    histogram_dtype,
+    threshold_tensor,
+    validate_ranking_args,
+    validate_sample_ids,
+)
 from torchmetrics_varlen._dedup import SyncReport, dedup_by_id, sampler_kept_rows
 from torchmetrics_varlen._dist.exchange import sync_states
 from torchmetrics_varlen._dist.guard import resolve_group
 from torchmetrics_varlen.distributed import distributed_available
+from torchmetrics_varlen.functional._sort import Counts
 from torchmetrics_varlen.functional._tasks import (
     Average,
     binned_state,
+    empty_histogram,
     empty_state,
+    exact_columns,
     format_inputs,
+    histogram_columns,
+    histogram_state,
     validate_inputs,
     validate_task_args,
 )
@@ -61,8 +72,10 @@ def _per_element(values: Tensor, shape: torch.Size) -> tuple[Tensor, Tensor]:
 
 
 class _VarlenMetric(Metric):
-    """Base of the package's metrics. Subclasses implement ``compute`` from :meth:`_evaluated` (exact) or
-    :meth:`_evaluated_confmat` (binned), and may add per-row states (``row_extras``, e.g. groups).
+    """Base of the package's metrics.
+
+    Subclasses implement ``compute`` from :meth:`_columns` (exact and 16-bit modes), :meth:`_evaluated` (the exact
+    rows) or :meth:`_evaluated_summed` (binned), and may add per-row states (``row_extras``, e.g. groups).
     """
 
     is_differentiable = False
@@ -74,6 +87,7 @@ class _VarlenMetric(Metric):
     ids: list[Tensor] | Tensor
     ids_sub: list[Tensor] | Tensor
     confmat: Tensor
+    hist: Tensor
     num_samples: Tensor
     rows_seen: Tensor
     padding_dropped: Tensor
@@ -123,11 +137,16 @@ class _VarlenMetric(Metric):
         self._width: int = (num_classes if task == "multiclass" else num_labels) or 1
         thr = threshold_tensor(thresholds)
         self.register_buffer("thresholds", thr, persistent=False)
-        if thr is None:
+        self._hist_dtype = histogram_dtype(thresholds)
+        # Per-sample rows (exact), or a summed state: binned confusion matrices, or 16-bit histograms.
+        self._summed = "confmat" if thr is not None else ("hist" if self._hist_dtype is not None else None)
+        if self._summed is None:
             for name in ("preds", "target", "ids", "ids_sub", *row_extras):
                 self.add_state(name, default=[], dist_reduce_fx="cat")
-        else:
+        elif thr is not None:
             self.add_state("confmat", default=empty_state(task, thr.numel(), self._width), dist_reduce_fx="sum")
+        else:
+            self.add_state("hist", default=empty_histogram(task, self._width), dist_reduce_fx="sum")
         for name in _COUNTERS:
             self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self._config: dict[str, Any] = {
@@ -136,7 +155,7 @@ class _VarlenMetric(Metric):
             "num_classes": num_classes,
             "num_labels": num_labels,
             "average": average,
-            "thresholds": None if thr is None else thr.tolist(),
+            "thresholds": thr.tolist() if thr is not None else (str(self._hist_dtype) if self._hist_dtype else None),
             "ignore_index": ignore_index,
             "dataset_size": dataset_size,
             **(config or {}),
@@ -160,7 +179,7 @@ class _VarlenMetric(Metric):
 
     def _dedup_mode(self) -> str | None:
         """``"ids"`` or ``"none"`` once the first batch decided it; ``None`` before any batch."""
-        if self.thresholds is not None:
+        if self._summed is not None:
             return "none" if self._update_count else None
         ids, preds = self.ids, self.preds
         has_ids = ids.numel() > 0 if isinstance(ids, Tensor) else bool(ids)
@@ -215,11 +234,14 @@ class _VarlenMetric(Metric):
         scores, labels, kept = format_inputs(preds, target, self.task, self.ignore_index, self.thresholds is not None)
         if kept is not None:
             expanded = {k: v[kept] for k, v in expanded.items()}
-        if self.thresholds is None:
+        if self._summed is None:
             for name, value in (("preds", scores), ("target", labels), *expanded.items()):
                 cast(list[Tensor], getattr(self, name)).append(value)
-        else:
+        elif self.thresholds is not None:
             self.confmat = self.confmat + binned_state(scores, labels, self.task, self.thresholds.to(scores.device))
+        else:
+            assert self._hist_dtype is not None
+            self.hist = self.hist + histogram_state(scores, labels, self.task, self._hist_dtype)
         # Out of place on purpose: a metric pickled to spawned processes (Lightning's ddp_spawn) can share its tensor
         # states' storage across ranks, and an in-place add would then count every rank's samples on every rank.
         self.num_samples = self.num_samples + scores.shape[0]
@@ -244,10 +266,10 @@ class _VarlenMetric(Metric):
             raise
 
     def _check_mode(self, sample_ids: Tensor | None) -> None:
-        if sample_ids is not None and self.thresholds is not None:
+        if sample_ids is not None and self._summed is not None:
             msg = (
-                f"{type(self).__name__}: `sample_ids` need the exact mode (thresholds=None), because binned mode keeps"
-                " only counts. Use `dataset_size=` to drop DistributedSampler padding in binned mode."
+                f"{type(self).__name__}: `sample_ids` need the exact mode (thresholds=None), because the binned and"
+                " 16-bit modes keep only counts. Use `dataset_size=` to drop DistributedSampler padding there."
             )
             raise ValueError(msg)
         mode, new = self._dedup_mode(), "none" if sample_ids is None else "ids"
@@ -311,9 +333,17 @@ class _VarlenMetric(Metric):
         self._report(kept_samples)
         return rows
 
-    def _evaluated_confmat(self) -> Tensor:
+    def _evaluated_summed(self) -> Tensor:
+        """The summed state (binned confusion matrices or 16-bit histograms); fills ``sync_report``."""
         self._report(None)
-        return self.confmat
+        return self.confmat if self.thresholds is not None else self.hist
+
+    def _columns(self, with_scores: bool) -> list[Counts]:
+        """Counts per distinct score of every binary problem, in exact or 16-bit mode (not binned)."""
+        if self._hist_dtype is not None:
+            return histogram_columns(self._evaluated_summed(), self._hist_dtype, self.task, self.average, with_scores)
+        rows = self._evaluated()
+        return exact_columns(rows["preds"], rows["target"], self.task, self.average, with_scores)
 
     def _report(self, kept_samples: int | None) -> None:
         if self._in_forward:
@@ -368,15 +398,11 @@ class _VarlenMetric(Metric):
         ``dist_sync_fn`` is not used.
         """
         group = resolve_group(process_group or self.process_group)
-        exact = self.thresholds is None
-        cat = (
-            {name: self._rows(name) for name in ("preds", "target", "ids", "ids_sub", *self._row_extras)}
-            if exact
-            else {}
-        )
-        device = cat["preds"].device if exact else self.confmat.device
-        # Counters travel with the check-in; only binned counts need an all-reduce.
-        summed = {} if exact else {"confmat": self.confmat}
+        names = ("preds", "target", "ids", "ids_sub", *self._row_extras) if self._summed is None else ()
+        cat = {name: self._rows(name) for name in names}
+        # Counters travel with the check-in; only the binned / 16-bit counts need an all-reduce.
+        summed = {} if self._summed is None else {self._summed: getattr(self, self._summed)}
+        device = cat["preds"].device if cat else next(iter(summed.values())).device
         result = self._shared_sync(cat, summed, group, device)
         for key, value in {**result.cat, **result.summed}.items():
             setattr(self, key, value)
@@ -386,7 +412,7 @@ class _VarlenMetric(Metric):
 
     def _shared_sync(self, cat: dict[str, Tensor], summed: dict[str, Tensor], group: Any, device: torch.device) -> Any:
         """Sync, or reuse the sync another metric of the same compute group just did on these very state lists."""
-        names = ("preds", "target", "ids", "ids_sub", *self._row_extras) if self.thresholds is None else ("confmat",)
+        names = ("preds", "target", "ids", "ids_sub", *self._row_extras) if self._summed is None else (self._summed,)
         objs = [getattr(self, n) for n in names]
         state_config = {
             k: v

@@ -9,7 +9,7 @@ from torch import Tensor
 from torchmetrics_varlen._checks import Thresholds
 from torchmetrics_varlen.classification._base import _RankingMetric
 from torchmetrics_varlen.functional._tasks import Average
-from torchmetrics_varlen.functional.auroc import _compute, _compute_binned, _validate_args
+from torchmetrics_varlen.functional.auroc import _compute_binned, _from_columns, _validate_args
 
 
 class VarlenAUROC(_RankingMetric):
@@ -89,6 +89,5 @@ class VarlenAUROC(_RankingMetric):
     def compute(self) -> Tensor:
         """Exact (or binned) AUROC over everything seen by every rank of the process group."""
         if self.thresholds is not None:
-            return _compute_binned(self._evaluated_confmat(), self.thresholds, self.task, self.average, self.max_fpr)
-        rows = self._evaluated()
-        return _compute(rows["preds"], rows["target"], self.task, self.average, self.max_fpr)
+            return _compute_binned(self._evaluated_summed(), self.thresholds, self.task, self.average, self.max_fpr)
+        return _from_columns(self._columns(self.max_fpr is not None), self.task, self.average, self.max_fpr)

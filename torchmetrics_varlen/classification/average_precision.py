@@ -9,7 +9,7 @@ from torch import Tensor
 from torchmetrics_varlen._checks import Thresholds
 from torchmetrics_varlen.classification._base import _RankingMetric
 from torchmetrics_varlen.functional._tasks import Average
-from torchmetrics_varlen.functional.average_precision import _compute, _compute_binned, _validate_args
+from torchmetrics_varlen.functional.average_precision import _compute_binned, _from_columns, _validate_args
 
 
 class VarlenAveragePrecision(_RankingMetric):
@@ -74,6 +74,5 @@ class VarlenAveragePrecision(_RankingMetric):
     def compute(self) -> Tensor:
         """Exact (or binned) average precision over everything seen by every rank of the process group."""
         if self.thresholds is not None:
-            return _compute_binned(self._evaluated_confmat(), self.task, self.average)
-        rows = self._evaluated()
-        return _compute(rows["preds"], rows["target"], self.task, self.average)
+            return _compute_binned(self._evaluated_summed(), self.task, self.average)
+        return _from_columns(self._columns(False), self.task, self.average)

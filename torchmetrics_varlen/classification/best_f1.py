@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from torchmetrics_varlen.classification._base import _RankingMetric
-from torchmetrics_varlen.functional.best_f1 import _compute, _validate_args
+from torchmetrics_varlen.functional.best_f1 import _from_columns, _validate_args
 
 
 class VarlenBestF1(_RankingMetric):
@@ -23,6 +24,8 @@ class VarlenBestF1(_RankingMetric):
     Args:
         ignore_index: Target value whose positions are ignored.
         validate_args: Validate arguments and every batch.
+        thresholds: ``None`` (exact), or ``torch.float16`` / ``torch.bfloat16``: every value of that dtype is a
+            candidate threshold (exact for the rounded scores, from constant-size histograms).
         task: ``"binary"`` or ``"multilabel"``.
         num_labels: Number of labels (multilabel).
         dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
@@ -42,6 +45,7 @@ class VarlenBestF1(_RankingMetric):
         ignore_index: int | None = None,
         validate_args: bool = True,
         *,
+        thresholds: torch.dtype | None = None,
         task: str = "binary",
         num_labels: int | None = None,
         dataset_size: int | None = None,
@@ -49,7 +53,14 @@ class VarlenBestF1(_RankingMetric):
         **kwargs: Any,
     ) -> None:
         _validate_args(task, num_labels)
+        if thresholds is not None and not isinstance(thresholds, torch.dtype):
+            msg = (
+                "Expected argument `thresholds` of VarlenBestF1 to be None (exact) or torch.float16 / torch.bfloat16"
+                f" (exact on the rounded scores, constant memory), but got {thresholds!r}."
+            )
+            raise ValueError(msg)
         super().__init__(
+            thresholds=thresholds,
             task=task,
             num_labels=num_labels,
             ignore_index=ignore_index,
@@ -61,5 +72,4 @@ class VarlenBestF1(_RankingMetric):
 
     def compute(self) -> tuple[Tensor, Tensor]:
         """``(best F1, its threshold)`` over everything seen by every rank of the process group."""
-        rows = self._evaluated()
-        return _compute(rows["preds"], rows["target"], self.task)
+        return _from_columns(self._columns(True), self.task)

@@ -6,7 +6,7 @@ from typing import Any
 
 from torchmetrics_varlen._checks import Thresholds, validate_ranking_args
 from torchmetrics_varlen.classification._base import _RankingMetric
-from torchmetrics_varlen.functional.curves import Curve, _compute_curve, _compute_curve_binned
+from torchmetrics_varlen.functional.curves import Curve, _compute_curve_binned, _from_columns
 
 
 class _CurveMetric(_RankingMetric):
@@ -43,9 +43,8 @@ class _CurveMetric(_RankingMetric):
     def compute(self) -> Curve:
         """The exact (or binned) curve over everything seen by every rank of the process group."""
         if self.thresholds is not None:
-            return _compute_curve_binned(self._kind, self._evaluated_confmat(), self.thresholds)
-        rows = self._evaluated()
-        return _compute_curve(self._kind, rows["preds"], rows["target"], self.task)
+            return _compute_curve_binned(self._kind, self._evaluated_summed(), self.thresholds)
+        return _from_columns(self._kind, self._columns(True), self.task)
 
     def _xy(self, curve: Curve) -> Curve:
         return curve

@@ -14,6 +14,8 @@ import warnings
 import torch
 from torch import Tensor
 
+from torchmetrics_varlen.functional._sort import Counts, ascending_counts
+
 _NO_POSITIVES_ROC = (
     "No positive samples in targets, true positive value should be meaningless."
     " Returning zero tensor in true positive score"
@@ -25,29 +27,84 @@ _NO_NEGATIVES_ROC = (
 _NO_POSITIVES_PR = "No positive samples found in target, recall is undefined. Setting recall to one for all thresholds."
 
 
+def descending(counts: Counts) -> tuple[Tensor, Tensor, Tensor]:
+    """``(fps, tps, thresholds)`` at every distinct score, highest first (scikit-learn's ``_binary_clf_curve``)."""
+    assert counts.scores is not None
+    if counts.pos_le.numel() == 0:
+        return counts.pos_le, counts.all_le, counts.scores
+    n_pos, n_all = counts.pos_le[-1], counts.all_le[-1]
+    pos_below = torch.cat([counts.pos_le.new_zeros(1), counts.pos_le[:-1]])
+    all_below = torch.cat([counts.all_le.new_zeros(1), counts.all_le[:-1]])
+    tps = (n_pos - pos_below).flip(0)
+    fps = ((n_all - n_pos) - (all_below - pos_below)).flip(0)
+    return fps, tps, counts.scores.flip(0)
+
+
 def _binary_counts(preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Count false and true positives at every distinct score, highest score first.
+    """``(fps, tps, thresholds)`` of 1-D scores and labels, highest score first."""
+    return descending(ascending_counts(preds, target.reshape(-1), with_scores=True))
 
-    Args:
-        preds: 1-D floating scores.
-        target: 1-D tensor whose non-zero entries are positives.
 
-    Returns:
-        ``(fps, tps, thresholds)``: int64 cumulative counts of negatives and positives with a score ``>=`` each
-        threshold, and the distinct scores in decreasing order (scikit-learn's ``_binary_clf_curve`` without weights).
+def _dot(a: Tensor, b: Tensor) -> Tensor:
+    """Integer dot product (CUDA has no integer ``dot``)."""
+    return torch.dot(a, b) if a.device.type == "cpu" else (a * b).sum()
+
+
+def totals(counts: Counts) -> tuple[int, int]:
+    """``(positives, negatives)``."""
+    if counts.pos_le.numel() == 0:
+        return 0, 0
+    n_pos = int(counts.pos_le[-1])
+    return n_pos, int(counts.all_le[-1]) - n_pos
+
+
+def auroc_from_counts(counts: Counts, max_fpr: float | None = None, warn: bool = True) -> Tensor:
+    """Exact AUROC (or McClish partial AUC); one class only gives 0 with torchmetrics' warnings.
+
+    The full area is an integer divided once: exact up to one float64 rounding, whatever the order of the samples.
     """
-    scores, order = torch.sort(preds, descending=True)
-    positives = target.reshape(-1)[order].to(torch.int64)
-    del order
-    if scores.numel() == 0:
-        empty = torch.zeros(0, dtype=torch.int64, device=preds.device)
-        return empty, empty.clone(), scores
-    # Last index of each run of equal scores.
-    ends = torch.nonzero(scores[1:] != scores[:-1]).flatten()
-    ends = torch.cat([ends, ends.new_tensor([scores.numel() - 1])])
-    tps = torch.cumsum(positives, dim=0)[ends]
-    fps = ends + 1 - tps
-    return fps, tps, scores[ends]
+    n_pos, n_neg = totals(counts)
+    if warn and n_neg <= 0:
+        warnings.warn(_NO_NEGATIVES_ROC, UserWarning, stacklevel=3)
+    if warn and n_pos <= 0:
+        warnings.warn(_NO_POSITIVES_ROC, UserWarning, stacklevel=3)
+    if n_neg <= 0 or n_pos <= 0:
+        return torch.zeros((), dtype=torch.float64, device=counts.pos_le.device)
+    if max_fpr is not None and max_fpr != 1:
+        return _partial_auroc(*descending(counts)[:2], max_fpr)
+    # Each positive beats the negatives below its score and ties with those at it: twice the area times P * N is
+    # sum_g pos_g * (neg_below_g + neg_le_g), computed with dot products of views (no per-group temporaries).
+    neg_le = counts.all_le - counts.pos_le
+    pos_g = torch.diff(counts.pos_le, prepend=counts.pos_le.new_zeros(1))
+    twice_area = _dot(pos_g, neg_le) + _dot(pos_g[1:], neg_le[:-1])
+    return twice_area.double() / (2.0 * n_pos * n_neg)
+
+
+def average_precision_from_counts(counts: Counts, warn: bool = True) -> Tensor:
+    """Exact average precision; no positives gives 0 with torchmetrics' warning."""
+    n_pos, n_neg = totals(counts)
+    if n_pos <= 0:
+        if warn:
+            warnings.warn(_NO_POSITIVES_PR, UserWarning, stacklevel=3)
+        return torch.zeros((), dtype=torch.float64, device=counts.pos_le.device)
+    zero = counts.pos_le.new_zeros(1)
+    pos_below = torch.cat([zero, counts.pos_le[:-1]])
+    all_below = torch.cat([zero, counts.all_le[:-1]])
+    # At the threshold of each distinct score: TP = positives at or above it, TP + FP = samples at or above it.
+    tps = (n_pos - pos_below).double()
+    precision = tps / ((n_pos + n_neg) - all_below).double()
+    return torch.dot((counts.pos_le - pos_below).double(), precision) / n_pos
+
+
+def exact_auroc(preds: Tensor, target: Tensor, max_fpr: float | None = None) -> Tensor:
+    """Exact binary AUROC of 1-D scores."""
+    with_scores = max_fpr is not None and max_fpr != 1
+    return auroc_from_counts(ascending_counts(preds, target.reshape(-1), with_scores=with_scores), max_fpr)
+
+
+def exact_average_precision(preds: Tensor, target: Tensor) -> Tensor:
+    """Exact binary average precision of 1-D scores."""
+    return average_precision_from_counts(ascending_counts(preds, target.reshape(-1)))
 
 
 def _roc_from_counts(fps: Tensor, tps: Tensor, warn: bool = True) -> tuple[Tensor, Tensor]:
@@ -71,24 +128,9 @@ def _roc_from_counts(fps: Tensor, tps: Tensor, warn: bool = True) -> tuple[Tenso
     return fpr, tpr
 
 
-def _exact_auroc(fps: Tensor, tps: Tensor, max_fpr: float | None = None) -> Tensor:
-    """Exact ROC-AUC (optionally the McClish-corrected partial AUC up to ``max_fpr``) from cumulative counts.
-
-    The full area is an integer sum divided once, so it is exact up to one float64 rounding and does not depend
-    on the order of the samples.
-    """
-    fpr, tpr = _roc_from_counts(fps, tps)
-    n_neg = int(fps[-1]) if fps.numel() else 0
-    n_pos = int(tps[-1]) if tps.numel() else 0
-    if n_neg <= 0 or n_pos <= 0:
-        return torch.zeros((), dtype=torch.float64, device=fps.device)
-    if max_fpr is None or max_fpr == 1:
-        zero = fps.new_zeros(1)
-        f = torch.cat([zero, fps])
-        t = torch.cat([zero, tps])
-        # 2 * area * P * N as an exact integer: sum of d(fps) * (tps_k + tps_{k-1}).
-        twice_area = torch.sum((f[1:] - f[:-1]) * (t[1:] + t[:-1]))
-        return twice_area.double() / (2.0 * n_pos * n_neg)
+def _partial_auroc(fps: Tensor, tps: Tensor, max_fpr: float) -> Tensor:
+    """McClish-standardised partial AUC up to ``max_fpr`` (scikit-learn's ``max_fpr``), both classes present."""
+    fpr, tpr = _roc_from_counts(fps, tps, warn=False)
     stop = int(torch.searchsorted(fpr, torch.tensor(max_fpr, dtype=torch.float64, device=fpr.device), right=True))
     x0, x1, y0, y1 = fpr[stop - 1], fpr[stop], tpr[stop - 1], tpr[stop]
     interp = y0 + (y1 - y0) * (max_fpr - x0) / (x1 - x0)
@@ -97,17 +139,6 @@ def _exact_auroc(fps: Tensor, tps: Tensor, max_fpr: float | None = None) -> Tens
     partial = torch.trapezoid(y, x)
     min_area = 0.5 * max_fpr**2
     return 0.5 * (1 + (partial - min_area) / (max_fpr - min_area))
-
-
-def _exact_average_precision(fps: Tensor, tps: Tensor) -> Tensor:
-    """Exact average precision ``sum_k (R_k - R_{k-1}) P_k`` (scikit-learn's definition, no interpolation)."""
-    if tps.numel() == 0 or int(tps[-1]) <= 0:
-        warnings.warn(_NO_POSITIVES_PR, UserWarning, stacklevel=3)
-        # Recall is set to one everywhere: only the lowest threshold's precision (zero positives) contributes.
-        return torch.zeros((), dtype=torch.float64, device=tps.device)
-    gained = torch.diff(tps, prepend=tps.new_zeros(1))
-    precision = tps.double() / (tps + fps).double()
-    return torch.sum(gained.double() * precision) / float(tps[-1])
 
 
 def _binned_confmat(preds: Tensor, target: Tensor, thresholds: Tensor) -> Tensor:

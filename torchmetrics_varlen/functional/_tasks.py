@@ -15,6 +15,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from torchmetrics_varlen.functional._hist import counts_from_histogram, histogram
+from torchmetrics_varlen.functional._sort import Counts, ascending_counts
+
 Task = Literal["binary", "multiclass", "multilabel"]
 Average = Literal["micro", "macro", "weighted", "none"] | None
 TASKS = ("binary", "multiclass", "multilabel")
@@ -227,6 +230,43 @@ def empty_state(task: str, n_thresholds: int, width: int) -> Tensor:
     return torch.zeros(shape, dtype=torch.int64)
 
 
+def empty_histogram(task: str, width: int) -> Tensor:
+    """The all-zero 16-bit histogram state of ``task``."""
+    from torchmetrics_varlen.functional._hist import BINS
+
+    return torch.zeros((2, BINS) if task == "binary" else (width, 2, BINS), dtype=torch.int64)
+
+
 def column_support(confmat: Tensor) -> tuple[Tensor, Tensor]:
     """Positives and negatives per column of a ``(T, K, 2, 2)`` binned state."""
     return confmat[0, :, 1, :].sum(-1), confmat[0, :, 0, :].sum(-1)
+
+
+def histogram_state(preds: Tensor, target: Tensor, task: str, dtype: torch.dtype) -> Tensor:
+    """16-bit histograms: ``(2, 65536)`` for binary, ``(K, 2, 65536)`` per class / label."""
+    if task == "binary":
+        return histogram(preds, target, dtype)
+    return torch.stack([histogram(s, p, dtype) for s, p in columns(preds, target, task)])
+
+
+def exact_columns(preds: Tensor, target: Tensor, task: str, average: Average, with_scores: bool) -> list[Counts]:
+    """Counts per distinct score of every binary problem of ``task`` (one for binary and multilabel-micro)."""
+    if task == "binary":
+        return [ascending_counts(preds, target, with_scores)]
+    if task == "multilabel" and average == "micro":
+        return [ascending_counts(*micro(preds, target), with_scores)]
+    return [ascending_counts(s, p, with_scores) for s, p in columns(preds, target, task)]
+
+
+def histogram_columns(hist: Tensor, dtype: torch.dtype, task: str, average: Average, with_scores: bool) -> list[Counts]:
+    """As :func:`exact_columns`, from 16-bit histograms."""
+    if task == "binary":
+        return [counts_from_histogram(hist, dtype, with_scores)]
+    if task == "multilabel" and average == "micro":
+        return [counts_from_histogram(hist.sum(0), dtype, with_scores)]
+    return [counts_from_histogram(h, dtype, with_scores) for h in hist]
+
+
+def single(task: str, average: Average) -> bool:
+    """Whether ``task`` / ``average`` is one binary problem (binary, or multilabel micro)."""
+    return task == "binary" or (task == "multilabel" and average == "micro")

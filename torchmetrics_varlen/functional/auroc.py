@@ -5,16 +5,19 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import Thresholds, threshold_tensor, validate_ranking_args
-from torchmetrics_varlen.functional._ranking import _binary_counts, _binned_auroc, _exact_auroc
+from torchmetrics_varlen._checks import Thresholds, histogram_dtype, threshold_tensor, validate_ranking_args
+from torchmetrics_varlen.functional._ranking import _binned_auroc, auroc_from_counts, totals
+from torchmetrics_varlen.functional._sort import Counts
 from torchmetrics_varlen.functional._tasks import (
     Average,
     binned_state,
     column_support,
-    columns,
+    exact_columns,
     format_inputs,
-    micro,
+    histogram_columns,
+    histogram_state,
     reduce_columns,
+    single,
     validate_inputs,
     validate_task_args,
 )
@@ -36,21 +39,27 @@ def _validate_args(
         raise ValueError(msg)
 
 
+def _from_columns(cols: list[Counts], task: str, average: Average, max_fpr: float | None) -> Tensor:
+    """AUROC of each binary problem, reduced by ``average``."""
+    if single(task, average):
+        return auroc_from_counts(cols[0], max_fpr)
+    values, support = [], []
+    for counts in cols:
+        n_pos, n_neg = totals(counts)
+        support.append(n_pos)
+        values.append(float(auroc_from_counts(counts, warn=False)) if n_pos and n_neg else float("nan"))
+    return reduce_columns(torch.tensor(values, dtype=torch.float64), torch.tensor(support), average, "AUROC")
+
+
 def _compute(preds: Tensor, target: Tensor, task: str, average: Average, max_fpr: float | None) -> Tensor:
     """Exact AUROC of inputs in their stored form (see ``_tasks``)."""
-    if task == "binary":
-        return _exact_auroc(*_binary_counts(preds, target)[:2], max_fpr)
-    if task == "multilabel" and average == "micro":
-        return _exact_auroc(*_binary_counts(*micro(preds, target))[:2])
-    values, support = [], []
-    for scores, positives in columns(preds, target, task):
-        n_pos = int(positives.sum())
-        support.append(n_pos)
-        if n_pos == 0 or n_pos == positives.numel():
-            values.append(float("nan"))
-        else:
-            values.append(float(_exact_auroc(*_binary_counts(scores, positives)[:2])))
-    return reduce_columns(torch.tensor(values, dtype=torch.float64), torch.tensor(support), average, "AUROC")
+    return _from_columns(exact_columns(preds, target, task, average, max_fpr is not None), task, average, max_fpr)
+
+
+def _compute_histogram(hist: Tensor, dtype: torch.dtype, task: str, average: Average, max_fpr: float | None) -> Tensor:
+    """Exact AUROC of the 16-bit-rounded scores, from histograms."""
+    cols = histogram_columns(hist, dtype, task, average, max_fpr is not None)
+    return _from_columns(cols, task, average, max_fpr)
 
 
 def _compute_binned(confmat: Tensor, thresholds: Tensor, task: str, average: Average, max_fpr: float | None) -> Tensor:
@@ -91,8 +100,11 @@ def auroc(
     With ``thresholds=None`` each value is exact: one sort per class, integer counts of positives and negatives
     at every distinct score (tied scores form one step, as scikit-learn's ``roc_auc_score``), float64 at the end.
     With ``thresholds`` (an int ``n`` for ``linspace(0, 1, n)``, a list or a 1-D tensor) the binned
-    approximation of torchmetrics is returned instead. Classes / labels without positive or without negative
-    samples have no AUROC: ``average="none"`` gives NaN for them and the other averages leave them out (warning).
+    approximation of torchmetrics is returned instead. ``thresholds=torch.float16`` or ``torch.bfloat16`` makes
+    every value of that dtype a threshold: the exact value for the scores rounded to that dtype, from 65,536-bin
+    histograms (constant memory; see the performance guide for the error against unrounded float32 scores).
+    Classes / labels without positive or without negative samples have no AUROC: ``average="none"`` gives NaN
+    for them and the other averages leave them out (warning).
 
     Args:
         preds: Scores, see above.
@@ -103,7 +115,8 @@ def auroc(
         average: ``"macro"``, ``"weighted"`` (by the number of positives), ``"none"`` (per class), or
             ``"micro"`` (multilabel: all entries as one binary problem). Ignored for binary.
         max_fpr: Binary only: the McClish-standardised partial AUC over false positive rates in ``[0, max_fpr]``.
-        thresholds: ``None`` for exact values, otherwise the thresholds of the binned approximation.
+        thresholds: ``None`` for exact values, ``torch.float16`` / ``torch.bfloat16`` for the exact value of the
+            rounded scores (histograms), otherwise the thresholds of the binned approximation.
         ignore_index: Target value whose positions are ignored.
         validate_args: Check arguments and inputs.
 
@@ -125,8 +138,10 @@ def auroc(
     if validate_args:
         _validate_args(task, num_classes, num_labels, average, max_fpr, thresholds, ignore_index)
         validate_inputs(preds, target, task, num_classes, num_labels, ignore_index)
-    thr = threshold_tensor(thresholds, preds.device)
+    thr, dtype = threshold_tensor(thresholds, preds.device), histogram_dtype(thresholds)
     scores, labels, _ = format_inputs(preds, target, task, ignore_index, binned=thr is not None)
     if thr is not None:
         return _compute_binned(binned_state(scores, labels, task, thr), thr, task, average, max_fpr)
+    if dtype is not None:
+        return _compute_histogram(histogram_state(scores, labels, task, dtype), dtype, task, average, max_fpr)
     return _compute(scores, labels, task, average, max_fpr)

@@ -5,16 +5,19 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import Thresholds, threshold_tensor, validate_ranking_args
-from torchmetrics_varlen.functional._ranking import _binary_counts, _binned_average_precision, _exact_average_precision
+from torchmetrics_varlen._checks import Thresholds, histogram_dtype, threshold_tensor, validate_ranking_args
+from torchmetrics_varlen.functional._ranking import _binned_average_precision, average_precision_from_counts, totals
+from torchmetrics_varlen.functional._sort import Counts
 from torchmetrics_varlen.functional._tasks import (
     Average,
     binned_state,
     column_support,
-    columns,
+    exact_columns,
     format_inputs,
-    micro,
+    histogram_columns,
+    histogram_state,
     reduce_columns,
+    single,
     validate_inputs,
     validate_task_args,
 )
@@ -32,21 +35,28 @@ def _validate_args(
     validate_ranking_args(thresholds=thresholds, ignore_index=ignore_index)
 
 
-def _compute(preds: Tensor, target: Tensor, task: str, average: Average) -> Tensor:
-    """Exact average precision of inputs in their stored form (see ``_tasks``)."""
-    if task == "binary":
-        return _exact_average_precision(*_binary_counts(preds, target)[:2])
-    if task == "multilabel" and average == "micro":
-        return _exact_average_precision(*_binary_counts(*micro(preds, target))[:2])
+def _from_columns(cols: list[Counts], task: str, average: Average) -> Tensor:
+    """Average precision of each binary problem, reduced by ``average``."""
+    if single(task, average):
+        return average_precision_from_counts(cols[0])
     values, support = [], []
-    for scores, positives in columns(preds, target, task):
-        n_pos = int(positives.sum())
+    for counts in cols:
+        n_pos, _ = totals(counts)
         support.append(n_pos)
-        exact = _exact_average_precision(*_binary_counts(scores, positives)[:2]) if n_pos else None
-        values.append(float("nan") if exact is None else float(exact))
+        values.append(float(average_precision_from_counts(counts, warn=False)) if n_pos else float("nan"))
     return reduce_columns(
         torch.tensor(values, dtype=torch.float64), torch.tensor(support), average, "Average precision"
     )
+
+
+def _compute(preds: Tensor, target: Tensor, task: str, average: Average) -> Tensor:
+    """Exact average precision of inputs in their stored form (see ``_tasks``)."""
+    return _from_columns(exact_columns(preds, target, task, average, False), task, average)
+
+
+def _compute_histogram(hist: Tensor, dtype: torch.dtype, task: str, average: Average) -> Tensor:
+    """Exact average precision of the 16-bit-rounded scores, from histograms."""
+    return _from_columns(histogram_columns(hist, dtype, task, average, False), task, average)
 
 
 def _compute_binned(confmat: Tensor, task: str, average: Average) -> Tensor:
@@ -88,7 +98,8 @@ def average_precision(
         num_classes: Number of classes (multiclass).
         num_labels: Number of labels (multilabel).
         average: ``"macro"``, ``"weighted"`` (by the number of positives), ``"none"``, or ``"micro"`` (multilabel).
-        thresholds: ``None`` for exact values, otherwise the thresholds of the binned approximation.
+        thresholds: ``None`` for exact values, ``torch.float16`` / ``torch.bfloat16`` for the exact value of the
+            rounded scores (histograms), otherwise the thresholds of the binned approximation.
         ignore_index: Target value whose positions are ignored.
         validate_args: Check arguments and inputs.
 
@@ -107,8 +118,10 @@ def average_precision(
     if validate_args:
         _validate_args(task, num_classes, num_labels, average, thresholds, ignore_index)
         validate_inputs(preds, target, task, num_classes, num_labels, ignore_index)
-    thr = threshold_tensor(thresholds, preds.device)
+    thr, dtype = threshold_tensor(thresholds, preds.device), histogram_dtype(thresholds)
     scores, labels, _ = format_inputs(preds, target, task, ignore_index, binned=thr is not None)
     if thr is not None:
         return _compute_binned(binned_state(scores, labels, task, thr), task, average)
+    if dtype is not None:
+        return _compute_histogram(histogram_state(scores, labels, task, dtype), dtype, task, average)
     return _compute(scores, labels, task, average)

@@ -7,28 +7,45 @@ import warnings
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen.functional._ranking import _binary_counts
-from torchmetrics_varlen.functional._tasks import columns, format_inputs, validate_inputs, validate_task_args
+from torchmetrics_varlen.functional._ranking import descending
+from torchmetrics_varlen.functional._sort import Counts
+from torchmetrics_varlen.functional._tasks import (
+    exact_columns,
+    format_inputs,
+    histogram_columns,
+    validate_inputs,
+    validate_task_args,
+)
 
 
-def _binary_best_f1(preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
-    fps, tps, thresholds = _binary_counts(preds, target)
+def _binary_best_f1(counts: Counts) -> tuple[Tensor, Tensor]:
+    fps, tps, thresholds = descending(counts)
     n_pos = int(tps[-1]) if tps.numel() else 0
     if n_pos == 0:
         warnings.warn("No positive samples in targets: F1 is 0 at every threshold.", UserWarning, stacklevel=4)
-        nan = torch.tensor(float("nan"), dtype=torch.float64, device=preds.device)
-        return torch.zeros((), dtype=torch.float64, device=preds.device), nan
+        nan = torch.tensor(float("nan"), dtype=torch.float64, device=tps.device)
+        return torch.zeros((), dtype=torch.float64, device=tps.device), nan
     # F1 = 2 TP / (2 TP + FP + FN) = 2 TP / (TP + FP + P): integer numerator and denominator, one division.
     f1 = 2.0 * tps.double() / (tps + fps + n_pos).double()
     best = int(torch.argmax(f1))  # first maximum: the highest threshold among ties
     return f1[best], thresholds[best].double()
 
 
-def _compute(preds: Tensor, target: Tensor, task: str) -> tuple[Tensor, Tensor]:
+def _from_columns(cols: list[Counts], task: str) -> tuple[Tensor, Tensor]:
     if task == "binary":
-        return _binary_best_f1(preds, target)
-    pairs = [_binary_best_f1(scores, positives) for scores, positives in columns(preds, target, task)]
+        return _binary_best_f1(cols[0])
+    pairs = [_binary_best_f1(counts) for counts in cols]
     return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+
+
+def _compute(preds: Tensor, target: Tensor, task: str) -> tuple[Tensor, Tensor]:
+    """Best F1 of inputs in their stored form."""
+    return _from_columns(exact_columns(preds, target, task, None, True), task)
+
+
+def _compute_histogram(hist: Tensor, dtype: torch.dtype, task: str) -> tuple[Tensor, Tensor]:
+    """Best F1 of the 16-bit-rounded scores, from histograms."""
+    return _from_columns(histogram_columns(hist, dtype, task, None, True), task)
 
 
 def _validate_args(task: str, num_labels: int | None) -> None:

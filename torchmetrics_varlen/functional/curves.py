@@ -7,12 +7,15 @@ import warnings
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import Thresholds, threshold_tensor, validate_ranking_args
-from torchmetrics_varlen.functional._ranking import _NO_POSITIVES_PR, _binary_counts, _roc_from_counts, _safe_ratio
+from torchmetrics_varlen._checks import Thresholds, histogram_dtype, threshold_tensor, validate_ranking_args
+from torchmetrics_varlen.functional._ranking import _NO_POSITIVES_PR, _roc_from_counts, _safe_ratio, descending
+from torchmetrics_varlen.functional._sort import Counts
 from torchmetrics_varlen.functional._tasks import (
     binned_state,
-    columns,
+    exact_columns,
     format_inputs,
+    histogram_columns,
+    histogram_state,
     validate_inputs,
     validate_task_args,
 )
@@ -20,14 +23,14 @@ from torchmetrics_varlen.functional._tasks import (
 Curve = tuple[Tensor, Tensor, Tensor] | tuple[list[Tensor], list[Tensor], list[Tensor]]
 
 
-def _binary_roc(preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    fps, tps, thr = _binary_counts(preds, target)
+def _binary_roc(counts: Counts) -> tuple[Tensor, Tensor, Tensor]:
+    fps, tps, thr = descending(counts)
     fpr, tpr = _roc_from_counts(fps, tps)
     return fpr, tpr, torch.cat([thr.new_ones(1), thr])
 
 
-def _binary_pr(preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    fps, tps, thr = _binary_counts(preds, target)
+def _binary_pr(counts: Counts) -> tuple[Tensor, Tensor, Tensor]:
+    fps, tps, thr = descending(counts)
     precision = _safe_ratio(tps, tps + fps, float("nan"))
     if tps.numel() == 0 or int(tps[-1]) == 0:
         warnings.warn(_NO_POSITIVES_PR, UserWarning, stacklevel=3)
@@ -59,13 +62,22 @@ def _binned_pr(confmat: Tensor, thresholds: Tensor) -> tuple[Tensor, Tensor, Ten
     return precision, recall, thresholds
 
 
-def _compute_curve(kind: str, preds: Tensor, target: Tensor, task: str) -> Curve:
-    """Exact curve(s) of inputs in their stored form: one tuple for binary, lists per class / label otherwise."""
+def _from_columns(kind: str, cols: list[Counts], task: str) -> Curve:
     one = _binary_roc if kind == "roc" else _binary_pr
     if task == "binary":
-        return one(preds, target)
-    parts = [one(scores, positives) for scores, positives in columns(preds, target, task)]
+        return one(cols[0])
+    parts = [one(counts) for counts in cols]
     return [p[0] for p in parts], [p[1] for p in parts], [p[2] for p in parts]
+
+
+def _compute_curve(kind: str, preds: Tensor, target: Tensor, task: str) -> Curve:
+    """Exact curve(s) of inputs in their stored form: one tuple for binary, lists per class / label otherwise."""
+    return _from_columns(kind, exact_columns(preds, target, task, None, True), task)
+
+
+def _compute_curve_histogram(kind: str, hist: Tensor, dtype: torch.dtype, task: str) -> Curve:
+    """Exact curve(s) of the 16-bit-rounded scores, from histograms."""
+    return _from_columns(kind, histogram_columns(hist, dtype, task, None, True), task)
 
 
 def _compute_curve_binned(kind: str, confmat: Tensor, thresholds: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -88,10 +100,12 @@ def _curve(
         validate_task_args(task, num_classes, num_labels, None)
         validate_ranking_args(thresholds=thresholds, ignore_index=ignore_index)
         validate_inputs(preds, target, task, num_classes, num_labels, ignore_index)
-    thr = threshold_tensor(thresholds, preds.device)
+    thr, dtype = threshold_tensor(thresholds, preds.device), histogram_dtype(thresholds)
     scores, labels, _ = format_inputs(preds, target, task, ignore_index, binned=thr is not None)
     if thr is not None:
         return _compute_curve_binned(kind, binned_state(scores, labels, task, thr), thr)
+    if dtype is not None:
+        return _compute_curve_histogram(kind, histogram_state(scores, labels, task, dtype), dtype, task)
     return _compute_curve(kind, scores, labels, task)
 
 

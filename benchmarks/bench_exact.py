@@ -1,0 +1,148 @@
+"""Exact AUROC / AP on one process: this package vs torchmetrics, scikit-learn and a bare torch.sort.
+
+Every variant runs on the same data in the same session; times are medians, memory is the peak RSS above the
+inputs, measured in a fresh subprocess per (variant, N) so allocator caches do not leak between them.
+
+    python benchmarks/bench_exact.py --sizes 100000,1000000,10000000 --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+VARIANTS = [
+    "torch.sort",
+    "varlen auroc",
+    "varlen ap",
+    "VarlenAUROC update+compute",
+    "varlen auroc bf16 (histogram)",
+    "torchmetrics auroc",
+    "BinaryAUROC update+compute",
+    "sklearn roc_auc_score",
+]
+
+
+def _data(n: int) -> tuple[Any, Any]:
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    target = torch.randint(0, 2, (n,), generator=gen)
+    preds = torch.rand(n, generator=gen) * 0.8 + 0.2 * target
+    return preds, target
+
+
+def _variant(name: str, preds: Any, target: Any) -> Any:
+    import torch
+
+    if name == "torch.sort":
+        return lambda: torch.sort(preds, descending=True)
+    if name == "varlen auroc":
+        from torchmetrics_varlen.functional import auroc
+
+        return lambda: auroc(preds, target, validate_args=False)
+    if name == "varlen ap":
+        from torchmetrics_varlen.functional import average_precision
+
+        return lambda: average_precision(preds, target, validate_args=False)
+    if name == "VarlenAUROC update+compute":
+        from torchmetrics_varlen import VarlenAUROC
+
+        def run() -> Any:
+            metric = VarlenAUROC(validate_args=False)
+            metric.update(preds, target)
+            return metric.compute()
+
+        return run
+    if name == "varlen auroc bf16 (histogram)":
+        from torchmetrics_varlen import VarlenAUROC
+
+        def run16() -> Any:
+            metric = VarlenAUROC(thresholds=torch.bfloat16, validate_args=False)
+            metric.update(preds, target)
+            return metric.compute()
+
+        return run16
+    if name == "torchmetrics auroc":
+        from torchmetrics.functional.classification import binary_auroc
+
+        return lambda: binary_auroc(preds, target, validate_args=False)
+    if name == "BinaryAUROC update+compute":
+        from torchmetrics.classification import BinaryAUROC
+
+        def run_tm() -> Any:
+            metric = BinaryAUROC(validate_args=False)
+            metric.update(preds, target)
+            return metric.compute()
+
+        return run_tm
+    if name == "sklearn roc_auc_score":
+        from sklearn.metrics import roc_auc_score
+
+        p, t = preds.numpy(), target.numpy()
+        return lambda: roc_auc_score(t, p)
+    raise ValueError(name)
+
+
+def one(name: str, n: int, repeats: int) -> dict[str, Any]:
+    """Measure one variant at one size (run in its own process)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import torch
+    from _measure import PeakRSS, median_time
+
+    preds, target = _data(n)
+    fn = _variant(name, preds, target)
+    fn()  # warm-up, imports
+    with PeakRSS() as mem:
+        fn()
+    seconds = median_time(fn, repeats)
+    input_bytes = preds.numel() * preds.element_size() + target.numel() * target.element_size()
+    return {
+        "variant": name,
+        "n": n,
+        "seconds": seconds,
+        "extra_bytes": mem.extra,
+        "input_bytes": input_bytes,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def main() -> None:
+    """Run every variant at every size; print a table with ratios to torch.sort and torchmetrics."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100000,1000000,10000000")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--one", nargs=2, metavar=("VARIANT", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--json", default=None, help="also write the rows to this file")
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one(args.one[0], int(args.one[1]), args.repeats)))
+        return
+    rows = []
+    for n in [int(s) for s in args.sizes.split(",")]:
+        for name in args.variants.split(","):
+            cmd = [sys.executable, __file__, "--one", name, str(n), "--repeats", str(args.repeats)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(f"{'N':>9}  {'variant':32} {'seconds':>9} {'/sort':>6} {'/torchmetrics':>13} {'extra MiB':>9} {'/input':>6}")
+    for row in rows:
+        same = [r for r in rows if r["n"] == row["n"]]
+        sort = next(r["seconds"] for r in same if r["variant"] == "torch.sort")
+        tm = next((r["seconds"] for r in same if r["variant"] == "torchmetrics auroc"), float("nan"))
+        print(
+            f"{row['n']:>9}  {row['variant']:32} {row['seconds']:9.4f} {row['seconds'] / sort:6.2f} "
+            f"{row['seconds'] / tm:13.2f} {row['extra_bytes'] / 2**20:9.1f} "
+            f"{row['extra_bytes'] / row['input_bytes']:6.2f}"
+        )
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
