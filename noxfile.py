@@ -9,7 +9,7 @@ from __future__ import annotations
 import nox
 
 nox.options.default_venv_backend = "virtualenv"
-nox.options.sessions = ["lint", "typecheck", "tests"]
+nox.options.sessions = ["lint", "typecheck", "tests", "docs"]
 
 TORCH = "torch==2.13.0"
 
@@ -44,3 +44,21 @@ def typecheck(session: nox.Session) -> None:
     session.install(TORCH)
     session.install(".[lint]")
     session.run("mypy")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Regenerate the figures from code, then build the site offline with warnings as errors."""
+    session.install(TORCH)
+    session.install(".[test,docs]")
+    session.run("python", "docs/make_figures.py")
+    session.run("mkdocs", "build", "--strict", "-f", "docs/mkdocs.yml")
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """The benchmarks (a few minutes on 2 cores): exact single-process path, then the sync on 2 and 4 ranks."""
+    session.install(TORCH)
+    session.install(".[test]")
+    session.run("python", "benchmarks/bench_exact.py", *session.posargs)
+    session.run("python", "benchmarks/bench_sync.py")

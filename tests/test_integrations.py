@@ -126,3 +126,17 @@ def test_two_torchrun_agents_as_two_nodes(tmp_path: Path) -> None:
         assert record["kept"] == 101
         assert record["auroc"] == pytest.approx(roc_auc_score(target, scores), abs=1e-12)
         assert record["gauc"] == pytest.approx(gauc, abs=1e-12)
+
+
+def test_metric_collection_example_under_torchrun(tmp_path: Path) -> None:
+    """examples/metric_collection.py on 2 ranks: one compute group, every value equal to scikit-learn's."""
+    port = str(_free_port())
+    cmd = _torchrun("--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", port)
+    cmd += [str(EXAMPLES / "metric_collection.py"), "--num-samples", "301", "--out-dir", str(tmp_path)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    scores, target = _example("metric_collection").make_data(301).tensors
+    for record in _records(tmp_path, 2):
+        assert [sorted(g) for g in record["compute_groups"]] == [["ap", "auroc", "best_f1", "pr_curve"]]
+        assert record["auroc"] == pytest.approx(roc_auc_score(target, scores), abs=1e-12)
+        assert record["ap"] == pytest.approx(average_precision_score(target, scores), abs=1e-12)

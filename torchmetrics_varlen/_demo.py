@@ -70,6 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="per-rank batch sizes to try (default 8,64)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the data and of the sampler shuffle (default 0)")
+    parser.add_argument(
+        "--plot",
+        metavar="FILE",
+        default=None,
+        help="also save a figure of AUROC against world size to FILE (PNG; needs matplotlib)",
+    )
 
 
 def _data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -224,4 +230,40 @@ def run(args: Any) -> int:
     )
     failed = [r for r in rows if not r["ok"]]
     print(f"varlen matched the truth in {len(rows) - len(failed)} of {len(rows)} configurations")
+    if args.plot:
+        plot(rows, full, args.num_samples, args.plot)
+        print(f"figure saved to {args.plot}")
     return 1 if failed else 0
+
+
+def plot(rows: list[dict[str, Any]], full: float, n: int, path: str) -> None:
+    """AUROC against world size, one panel per drop_last, for the shuffled sampler and the first batch size."""
+    import matplotlib as mpl
+
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt
+
+    batch = rows[0]["batch"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    for ax, drop_last in zip(axes, (False, True), strict=True):
+        chosen = sorted(
+            (r for r in rows if r["drop_last"] == drop_last and r["shuffle"] and r["batch"] == batch),
+            key=lambda r: r["world"],
+        )
+        worlds = [r["world"] for r in chosen]
+        styles = {
+            "naive": ("naive all_gather", "o-"),
+            "torchmetrics": ("torchmetrics BinaryAUROC", "s--"),
+            "varlen": ("VarlenAUROC(dataset_size=N)", "D-"),
+        }
+        for key, (label, style) in styles.items():
+            ax.plot(worlds, [r[key] if r[key] is not None else float("nan") for r in chosen], style, label=label)
+        ax.axhline(full, color="black", linestyle=":", label=f"single process, all {n} samples")
+        ax.set_title(f"DistributedSampler(shuffle=True, drop_last={drop_last})")
+        ax.set_xlabel("world size")
+        ax.set_xticks(worlds)
+    axes[0].set_ylabel("validation AUROC")
+    axes[1].legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
