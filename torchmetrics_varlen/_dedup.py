@@ -30,6 +30,15 @@ class SyncReport:
         kept: Distinct samples evaluated.
         missing: With ``dataset_size``: samples of the data set that no rank evaluated
             (``drop_last=True`` loses the tail); ``None`` without ``dataset_size``.
+
+    Example:
+        >>> from torch import tensor
+        >>> from torchmetrics_varlen import VarlenAUROC
+        >>> metric = VarlenAUROC(dataset_size=3)  # one process; rows past the data set are padding
+        >>> metric.update(tensor([0.2, 0.7, 0.4, 0.2]), tensor([0, 1, 1, 0]))
+        >>> _ = metric.compute()
+        >>> metric.sync_report
+        SyncReport(world_size=1, seen_per_rank=(4,), received=3, duplicates_dropped=1, kept=3, missing=0)
     """
 
     world_size: int

@@ -20,6 +20,13 @@ class GroupAUROC(NamedTuple):
         groups: The distinct group labels, sorted.
         per_group: AUROC of each group (NaN for groups with one class only).
         num_skipped: How many groups were left out because they contain one class only.
+
+    Example:
+        >>> from torch import tensor
+        >>> detail = group_auroc(tensor([0.9, 0.2, 0.6, 0.5]), tensor([1, 0, 1, 1]), tensor([7, 7, 7, 3]),
+        ...                      return_per_group=True)
+        >>> detail.groups, detail.per_group, detail.num_skipped
+        (tensor([3, 7]), tensor([nan, 1.], dtype=torch.float64), tensor(1))
     """
 
     value: Tensor
