@@ -80,13 +80,16 @@ def sync_states(
     device: torch.device,
     info: dict[str, Any] | None = None,
     unset_ok: dict[str, Any] | None = None,
+    dst: int | None = None,
 ) -> Gathered:
     """Check in, verify that all ranks agree, and exchange every state in one collective per state kind.
 
     ``cat`` tensors may have any number of rows (including zero) per rank and must agree across ranks on their
     trailing shape and dtype family (ranks without rows are wildcards). ``summed`` tensors must agree exactly.
     ``info`` (small JSON values, e.g. per-rank counters) travels with the check-in and comes back per rank;
-    ``unset_ok`` values must agree across the ranks where they are not ``None``.
+    ``unset_ok`` values must agree across the ranks where they are not ``None``. With ``dst`` (a rank of the
+    group) only that rank receives the cat states; the others get them with zero rows and never hold more than
+    their own share.
     """
     rank, world, global_ranks = group_layout(group)
     record = {
@@ -104,7 +107,7 @@ def sync_states(
     layouts = {name: _agree_on_layout(name, [r["cat"][name] for r in records], what, global_ranks) for name in cat}
     comm = _comm_device(group, device)
     rows = {name: [r["cat"][name][2] for r in records] for name in cat}
-    gathered = _gather_packed(cat, layouts, rows, rank, world, global_ranks, group, comm, timeout, what)
+    gathered = _gather_packed(cat, layouts, rows, rank, world, global_ranks, group, comm, timeout, what, dst)
     reduced = _reduce_summed(summed, group, comm, timeout, what)
     return Gathered(
         cat={k: v.to(device) for k, v in gathered.items()},
@@ -155,14 +158,16 @@ def _gather_packed(
     comm: torch.device,
     timeout: float | None,
     what: str,
+    dst: int | None = None,
 ) -> dict[str, Tensor]:
     names = sorted(cat)
     sizes = [sum(_nbytes(rows[n][r], layouts[n][1], layouts[n][0]) for n in names) for r in range(world)]
     total = sum(sizes)
     if total == 0:
         return {n: torch.empty((0, *layouts[n][1]), dtype=layouts[n][0], device=comm) for n in names}
-    widest = max(sizes)
-    padded = "nccl" not in str(dist.get_backend(group)).lower() and world * widest <= 2 * total + (1 << 20)
+    widest = -(-max(sizes) // _ALIGN) * _ALIGN
+    nccl = "nccl" in str(dist.get_backend(group)).lower()
+    padded = dst is not None or (not nccl and world * widest <= 2 * total + (1 << 20))
     local = torch.zeros(widest if padded else sizes[rank], dtype=torch.uint8, device=comm)
     offset = 0
     for n in names:
@@ -170,7 +175,15 @@ def _gather_packed(
         nbytes = flat.numel() * flat.element_size()
         local[offset : offset + nbytes].copy_(flat.view(torch.uint8))
         offset += _nbytes(rows[n][rank], layouts[n][1], layouts[n][0])
-    if padded:
+    if dst is not None:
+        # Gather to one rank: only it allocates the combined buffer.
+        out = torch.empty(world * widest if rank == dst else 0, dtype=torch.uint8, device=comm)
+        targets = [out[r * widest : (r + 1) * widest] for r in range(world)] if rank == dst else None
+        _wait(dist.gather(local, targets, dst=global_ranks[dst], group=group, async_op=True), timeout, what)
+        if rank != dst:
+            return {n: torch.empty((0, *layouts[n][1]), dtype=layouts[n][0], device=comm) for n in names}
+        parts = [out[r * widest : r * widest + sizes[r]] for r in range(world)]
+    elif padded:
         # Gloo has no uneven all-gather: pad to the widest rank when that wastes little.
         out = torch.empty(world * widest, dtype=torch.uint8, device=comm)
         gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in 2.13
@@ -179,7 +192,7 @@ def _gather_packed(
     else:
         out = torch.empty(total, dtype=torch.uint8, device=comm)
         parts = [out[sum(sizes[:r]) : sum(sizes[: r + 1])] for r in range(world)]
-        if "nccl" in str(dist.get_backend(group)).lower():
+        if nccl:
             _wait(dist.all_gather(parts, local, group=group, async_op=True), timeout, what)
         else:
             # Very uneven shards on gloo: one broadcast per non-empty rank, all in flight together.

@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import torch
 import torch.distributed as dist
+from lightning_utilities.core.apply_func import apply_to_collection
 from torch import Tensor
 from torchmetrics import Metric
 
@@ -105,6 +106,7 @@ class _VarlenMetric(Metric):
         validate_args: bool = True,
         dataset_size: int | None = None,
         sync_timeout: float | None = 60.0,
+        compute_on_rank: int | None = None,
         row_extras: tuple[str, ...] = (),
         config: dict[str, Any] | None = None,
         **kwargs: Any,
@@ -128,10 +130,16 @@ class _VarlenMetric(Metric):
         self.num_classes = num_classes
         self.num_labels = num_labels
         self.average = average
+        if compute_on_rank is not None and (
+            isinstance(compute_on_rank, bool) or not isinstance(compute_on_rank, int) or compute_on_rank < 0
+        ):
+            msg = f"Expected argument `compute_on_rank` to be a rank (int >= 0) or None, but got {compute_on_rank!r}."
+            raise ValueError(msg)
         self.ignore_index = ignore_index
         self.validate_args = validate_args
         self.sync_timeout = sync_timeout
         self.dataset_size = dataset_size
+        self.compute_on_rank = compute_on_rank
         self.sync_report: SyncReport | None = None
         self._row_extras = row_extras
         self._width: int = (num_classes if task == "multiclass" else num_labels) or 1
@@ -158,6 +166,7 @@ class _VarlenMetric(Metric):
             "thresholds": thr.tolist() if thr is not None else (str(self._hist_dtype) if self._hist_dtype else None),
             "ignore_index": ignore_index,
             "dataset_size": dataset_size,
+            "compute_on_rank": compute_on_rank,
             **(config or {}),
         }
         self._synced_info: list[dict[str, Any]] | None = None
@@ -364,7 +373,7 @@ class _VarlenMetric(Metric):
             missing=missing,
         )
         rank = self._group_position()[0] if self._is_synced else 0
-        if missing and rank == 0:
+        if missing and rank == (self.compute_on_rank or 0):
             warnings.warn(
                 f"{type(self).__name__}: dataset_size={self.dataset_size} but only {kept} samples were evaluated:"
                 f" {missing} were never seen. A DistributedSampler with drop_last=True drops the tail of the data"
@@ -379,18 +388,51 @@ class _VarlenMetric(Metric):
     # ------------------------------------------------------------------ sync
 
     def _wrap_compute(self, compute: Callable[..., Any]) -> Callable[..., Any]:
-        """Silence torchmetrics' "compute before update" warning on a rank that legitimately saw no data."""
+        """Torchmetrics' compute wrapper, plus: no "compute before update" warning on a rank that legitimately saw
+        no data, and the ``compute_on_rank`` flow (gather to one rank, compute there, broadcast the value).
+        """
         wrapped = super()._wrap_compute(compute)
 
         @functools.wraps(compute)
         def wrapped_compute(*args: Any, **kwargs: Any) -> Any:
-            if self._update_count or not (self._to_sync and distributed_available()):
+            distributed = self._to_sync and distributed_available()
+            if distributed and self.compute_on_rank is not None and self._summed is None:
+                return self._compute_on_one_rank(compute, *args, **kwargs)
+            if self._update_count or not distributed:
                 return wrapped(*args, **kwargs)
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=r"The ``compute`` method of metric", category=UserWarning)
                 return wrapped(*args, **kwargs)
 
         return wrapped_compute
+
+    def _compute_on_one_rank(self, compute: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Only rank ``compute_on_rank`` receives every sample and computes; the value is broadcast to the others."""
+        if self._computed is not None:
+            return self._computed
+        group = resolve_group(self.process_group)
+        rank, world = dist.get_rank(group), dist.get_world_size(group)
+        dst = int(self.compute_on_rank or 0)
+        if dst >= world:
+            msg = (
+                f"{type(self).__name__}: compute_on_rank={dst} but the process group has {world} ranks;"
+                f" use a rank between 0 and {world - 1}."
+            )
+            raise ValueError(msg)
+        self.sync()
+        try:
+            value = compute(*args, **kwargs) if rank == dst else None
+        finally:
+            if self._is_synced:
+                self.unsync()
+        # The value is small (a scalar, per-class values or a curve): broadcast it with the report.
+        box = [value, self.sync_report]
+        dist.broadcast_object_list(box, src=dist.get_global_rank(group, dst), group=group)
+        value = apply_to_collection(box[0], Tensor, lambda x: x.to(self.num_samples.device))
+        self.sync_report = box[1]
+        if self.compute_with_cache:
+            self._computed = value
+        return value
 
     def _sync_dist(self, dist_sync_fn: Callable[..., Any] | None = None, process_group: Any | None = None) -> None:
         """One guarded, variable-length exchange of all states (replaces torchmetrics' per-state gathers).
@@ -439,6 +481,7 @@ class _VarlenMetric(Metric):
             device=device,
             info={**self._local_info(), "num_samples": int(self.num_samples)},
             unset_ok={"dedup": self._dedup_mode()},
+            dst=self.compute_on_rank if self._summed is None else None,
         )
         _SHARED_SYNCS[key] = (objs, lengths, result)
         return result

@@ -43,6 +43,8 @@ class VarlenAUROC(_RankingMetric):
             ``>= dataset_size`` in its rank-interleaved order) is dropped in ``update()``, so every sample counts once.
             With ``sample_ids`` it is only used to report missing samples.
         sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
+        compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value: the other
+            ranks never hold more than their own share. Every rank still calls ``compute()``. (Exact mode.)
         kwargs: Any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``, ``sync_on_compute``,
             ``process_group``, ...). ``dist_sync_fn`` is ignored: the metric syncs itself.
 

@@ -33,6 +33,8 @@ class VarlenAveragePrecision(_RankingMetric):
         average: ``"macro"``, ``"weighted"``, ``"none"``, or ``"micro"`` (multilabel). Ignored for binary.
         dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
         sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
+        compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value: the other
+            ranks never hold more than their own share. Every rank still calls ``compute()``. (Exact mode.)
         kwargs: Any :class:`torchmetrics.Metric` keyword.
 
     Example:

@@ -14,7 +14,7 @@ import warnings
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen.functional._sort import Counts, ascending_counts
+from torchmetrics_varlen.functional._sort import Counts
 
 _NO_POSITIVES_ROC = (
     "No positive samples in targets, true positive value should be meaningless."
@@ -38,11 +38,6 @@ def descending(counts: Counts) -> tuple[Tensor, Tensor, Tensor]:
     tps = (n_pos - pos_below).flip(0)
     fps = ((n_all - n_pos) - (all_below - pos_below)).flip(0)
     return fps, tps, counts.scores.flip(0)
-
-
-def _binary_counts(preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``(fps, tps, thresholds)`` of 1-D scores and labels, highest score first."""
-    return descending(ascending_counts(preds, target.reshape(-1), with_scores=True))
 
 
 def _dot(a: Tensor, b: Tensor) -> Tensor:
@@ -94,17 +89,6 @@ def average_precision_from_counts(counts: Counts, warn: bool = True) -> Tensor:
     tps = (n_pos - pos_below).double()
     precision = tps / ((n_pos + n_neg) - all_below).double()
     return torch.dot((counts.pos_le - pos_below).double(), precision) / n_pos
-
-
-def exact_auroc(preds: Tensor, target: Tensor, max_fpr: float | None = None) -> Tensor:
-    """Exact binary AUROC of 1-D scores."""
-    with_scores = max_fpr is not None and max_fpr != 1
-    return auroc_from_counts(ascending_counts(preds, target.reshape(-1), with_scores=with_scores), max_fpr)
-
-
-def exact_average_precision(preds: Tensor, target: Tensor) -> Tensor:
-    """Exact binary average precision of 1-D scores."""
-    return average_precision_from_counts(ascending_counts(preds, target.reshape(-1)))
 
 
 def _roc_from_counts(fps: Tensor, tps: Tensor, warn: bool = True) -> tuple[Tensor, Tensor]:

@@ -15,7 +15,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen.functional._hist import counts_from_histogram, histogram
+from torchmetrics_varlen._checks import validate_binary_tensors
+from torchmetrics_varlen.functional._hist import BINS, counts_from_histogram, histogram
+from torchmetrics_varlen.functional._ranking import _binned_confmat, _format_binary
 from torchmetrics_varlen.functional._sort import Counts, ascending_counts
 
 Task = Literal["binary", "multiclass", "multilabel"]
@@ -194,8 +196,6 @@ def validate_inputs(
         assert num_labels is not None
         validate_multilabel_tensors(preds, target, num_labels, ignore_index)
     else:
-        from torchmetrics_varlen._checks import validate_binary_tensors
-
         validate_binary_tensors(preds, target, ignore_index)
 
 
@@ -208,8 +208,6 @@ def format_inputs(
     if task == "multilabel":
         scores, labels = format_multilabel(preds, target, ignore_index, binned)
         return scores, labels, None
-    from torchmetrics_varlen.functional._ranking import _format_binary
-
     kept = None if ignore_index is None else target.reshape(-1) != ignore_index
     scores, labels = _format_binary(preds, target, ignore_index, binned)
     return scores, labels, kept
@@ -217,8 +215,6 @@ def format_inputs(
 
 def binned_state(preds: Tensor, target: Tensor, task: str, thresholds: Tensor) -> Tensor:
     """Multi-threshold confusion matrices: ``(T, 2, 2)`` for binary, ``(T, K, 2, 2)`` per class / label."""
-    from torchmetrics_varlen.functional._ranking import _binned_confmat
-
     if task == "binary":
         return _binned_confmat(preds, target, thresholds)
     return torch.stack([_binned_confmat(s, p, thresholds) for s, p in columns(preds, target, task)], dim=1)
@@ -232,8 +228,6 @@ def empty_state(task: str, n_thresholds: int, width: int) -> Tensor:
 
 def empty_histogram(task: str, width: int) -> Tensor:
     """The all-zero 16-bit histogram state of ``task``."""
-    from torchmetrics_varlen.functional._hist import BINS
-
     return torch.zeros((2, BINS) if task == "binary" else (width, 2, BINS), dtype=torch.int64)
 
 

@@ -1,0 +1,91 @@
+"""compute_on_rank: one rank receives the data and computes, every rank gets the value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from _data import rank_slice, scores_and_labels
+from _dist import DistPool
+from sklearn.metrics import roc_auc_score
+
+from torchmetrics_varlen import VarlenAUROC, VarlenROC
+
+pytestmark = pytest.mark.distributed
+
+
+def case_compute_on_rank(rank: int, world: int, dst: int) -> dict[str, Any]:
+    preds, target = scores_and_labels(97, 4)
+    part = rank_slice(97, world, rank, "first_empty")
+    ids = torch.arange(97)[part]
+    auroc = VarlenAUROC(compute_on_rank=dst, sync_timeout=20)
+    curve = VarlenROC(compute_on_rank=dst, sync_timeout=20)
+    for metric in (auroc, curve):
+        metric.update(preds[part], target[part], sample_ids=ids)
+        metric.update(preds[part][:3], target[part][:3], sample_ids=ids[:3])  # duplicates, dropped by id
+    calls: dict[str, int] = {}
+    originals = {name: getattr(dist, name) for name in ("gather", "all_gather", "all_gather_single", "broadcast")}
+
+    def counting(name: str) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            calls[name] = calls.get(name, 0) + 1
+            return originals[name](*args, **kwargs)
+
+        return wrapper
+
+    for name in originals:
+        setattr(dist, name, counting(name))
+    try:
+        value = float(auroc.compute())
+    finally:
+        for name, original in originals.items():
+            setattr(dist, name, original)
+    fpr, tpr, _ = curve.compute()
+    report = auroc.sync_report
+    assert report is not None
+    return {
+        "value": value,
+        "calls": calls,
+        "tpr_points": int(tpr.numel()),
+        "kept": report.kept,
+        "dropped": report.duplicates_dropped,
+        "cached": float(auroc.compute()) == value,
+    }
+
+
+@pytest.mark.parametrize(("world", "dst"), [(2, 0), (3, 1), (4, 3)])
+def test_compute_on_one_rank_broadcasts_the_exact_value(pool: DistPool, world: int, dst: int) -> None:
+    preds, target = scores_and_labels(97, 4)
+    expected = roc_auc_score(target, preds)
+    outcomes = pool.values(case_compute_on_rank, world, dst)
+    for out in outcomes:
+        assert out["value"] == pytest.approx(expected, abs=1e-12)
+        assert out["calls"].get("gather") == 1  # the data goes to one rank only
+        assert "all_gather" not in out["calls"]
+        assert "all_gather_single" not in out["calls"]
+        assert out["kept"] == 97
+        assert out["cached"]
+    assert len({out["tpr_points"] for out in outcomes}) == 1
+    assert len({out["dropped"] for out in outcomes}) == 1
+
+
+def case_bad_rank(rank: int, world: int) -> str:
+    metric = VarlenAUROC(compute_on_rank=5, sync_timeout=20)
+    metric.update(torch.tensor([0.1, 0.9]), torch.tensor([0, 1]))
+    try:
+        metric.compute()
+    except ValueError as err:
+        return str(err)
+    return "no error"
+
+
+def test_compute_on_a_rank_outside_the_group_raises_on_every_rank(pool: DistPool) -> None:
+    for text in pool.values(case_bad_rank, 2):
+        assert "compute_on_rank=5 but the process group has 2 ranks" in text
+
+
+def test_bad_compute_on_rank_argument() -> None:
+    with pytest.raises(ValueError, match="`compute_on_rank` to be a rank \\(int >= 0\\) or None, but got -1"):
+        VarlenAUROC(compute_on_rank=-1)
