@@ -11,9 +11,9 @@ alone.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
-import time
 import weakref
 from typing import Any
 
@@ -24,6 +24,7 @@ from torchmetrics_varlen._dist.errors import MetricSyncError
 _GO = b"go"
 _ABORT = b"abort"
 _ROOT = "torchmetrics_varlen"
+_FOREVER = 3600.0  # sync_timeout=None: wait in slices of an hour
 # Per process group: how many guarded syncs this process has started on it. Every rank of a group counts the same
 # sequence of syncs, so the counter names the sync consistently across ranks.
 _SYNC_COUNTS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
@@ -77,7 +78,6 @@ def check_in(record: dict[str, Any], *, group: Any, timeout: float | None, what:
     prefix = f"{_ROOT}/{tag}/{count}/"
     meta_keys = [f"{prefix}meta/{r}" for r in range(world)]
     store.set(meta_keys[rank], json.dumps(record).encode())
-    store.add(prefix + "arrived", 1)
     decision = _wait_for_all(store, prefix, world, timeout)
     if decision != _GO:
         missing = [r for r in range(world) if not store.check([meta_keys[r]])]
@@ -89,18 +89,21 @@ def check_in(record: dict[str, Any], *, group: Any, timeout: float | None, what:
 
 
 def _wait_for_all(store: Any, prefix: str, world: int, timeout: float | None) -> bytes:
+    """Arrive; the last rank to arrive decides "go", a rank whose wait times out decides "abort" (first wins).
+
+    Waiting is the store's own blocking ``wait`` on the decision key: no polling, woken as soon as it is set.
+    """
     decision_key = prefix + "decision"
-    deadline = None if timeout is None else time.monotonic() + timeout
-    pause = 0.0005
+    if store.add(prefix + "arrived", 1) >= world:
+        return bytes(store.compare_set(decision_key, "", _GO))
     while True:
-        if store.check([decision_key]):
-            return bytes(store.get(decision_key))
-        if store.add(prefix + "arrived", 0) >= world:
-            return bytes(store.compare_set(decision_key, "", _GO))
-        if deadline is not None and time.monotonic() >= deadline:
-            return bytes(store.compare_set(decision_key, "", _ABORT))
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
+        try:
+            store.wait([decision_key], datetime.timedelta(seconds=_FOREVER if timeout is None else timeout))
+        except RuntimeError:  # DistStoreError on a timeout
+            if timeout is not None:
+                return bytes(store.compare_set(decision_key, "", _ABORT))
+            continue
+        return bytes(store.get(decision_key))
 
 
 def _raise_missing(
