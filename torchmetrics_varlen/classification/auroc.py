@@ -70,6 +70,7 @@ class VarlenAUROC(_RankingMetric):
         average: Average = "macro",
         dataset_size: int | None = None,
         sync_timeout: float | None = 60.0,
+        compute_on_rank: int | None = None,
         **kwargs: Any,
     ) -> None:
         _validate_args(task, num_classes, num_labels, average, max_fpr, thresholds, ignore_index)
@@ -83,6 +84,7 @@ class VarlenAUROC(_RankingMetric):
             validate_args=validate_args,
             dataset_size=dataset_size,
             sync_timeout=sync_timeout,
+            compute_on_rank=compute_on_rank,
             config={"max_fpr": max_fpr},
             **kwargs,
         )

@@ -57,6 +57,7 @@ class VarlenAveragePrecision(_RankingMetric):
         average: Average = "macro",
         dataset_size: int | None = None,
         sync_timeout: float | None = 60.0,
+        compute_on_rank: int | None = None,
         **kwargs: Any,
     ) -> None:
         _validate_args(task, num_classes, num_labels, average, thresholds, ignore_index)
@@ -70,6 +71,7 @@ class VarlenAveragePrecision(_RankingMetric):
             validate_args=validate_args,
             dataset_size=dataset_size,
             sync_timeout=sync_timeout,
+            compute_on_rank=compute_on_rank,
             **kwargs,
         )
 
