@@ -8,7 +8,8 @@ import pytest
 import torch
 from _data import split_lengths
 from _dist import DistPool
-from sklearn.metrics import average_precision_score, roc_auc_score
+from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
+from sklearn.metrics import precision_recall_curve as sk_pr_curve
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from torchmetrics_varlen import (
@@ -19,7 +20,6 @@ from torchmetrics_varlen import (
     VarlenPrecisionRecallCurve,
     VarlenROC,
 )
-from torchmetrics_varlen.functional import best_f1, precision_recall_curve, roc
 
 pytestmark = pytest.mark.distributed
 
@@ -95,16 +95,28 @@ def test_breadth_across_ranks_equals_sklearn(pool: DistPool, world: int, n: int,
     weights = [int((groups == g).sum()) for g in valid]
     gauc = sum(w * roc_auc_score(b_t[groups == g], b_p[groups == g]) for g, w in zip(valid, weights, strict=True))
     gauc /= sum(weights)
-    curves = {"roc": roc(b_p, b_t), "pr": precision_recall_curve(b_p, b_t), "f1": best_f1(b_p, b_t)}
+    # Curves against scikit-learn: roc_curve without dropping points (its first threshold is inf, torchmetrics'
+    # convention is 1.0); precision_recall_curve stops at full recall, so compare its tail; best F1 by brute force.
+    sk_fpr, sk_tpr, sk_thr = roc_curve(b_t, b_p, drop_intermediate=False)
+    sk_p, sk_r, sk_t = sk_pr_curve(b_t, b_p)
+    f1 = 2 * sk_p[:-1] * sk_r[:-1] / (sk_p[:-1] + sk_r[:-1] + 1e-300)
+    best = int(max(range(len(f1)), key=lambda i: (f1[i], sk_t[i])))
     for out in pool.values(case_breadth, world, n, 7, sampler, use_ids):
         assert out["mc_auroc"] == pytest.approx(mc_auroc, abs=1e-6)
         assert out["mc_ap"] == pytest.approx(mc_ap, abs=1e-6)
         assert out["ml_auroc"] == pytest.approx(ml_auroc, abs=1e-12)
         assert out["ml_ap"] == pytest.approx(ml_ap, abs=1e-12)
         assert out["gauc"] == pytest.approx(gauc, abs=1e-12)
-        for key, expected in curves.items():
-            for got, exp in zip(out[key], expected, strict=True):
-                assert got == pytest.approx(exp.tolist(), abs=1e-12)  # type: ignore[union-attr]
+        fpr, tpr, thr = out["roc"]
+        assert fpr == pytest.approx(sk_fpr.tolist(), abs=1e-12)
+        assert tpr == pytest.approx(sk_tpr.tolist(), abs=1e-12)
+        assert thr[1:] == pytest.approx(sk_thr[1:].tolist(), abs=1e-7)
+        precision, recall, pr_thr = out["pr"]
+        n_sk = len(sk_t)
+        assert precision[-n_sk - 1 :] == pytest.approx(sk_p.tolist(), abs=1e-12)
+        assert recall[-n_sk - 1 :] == pytest.approx(sk_r.tolist(), abs=1e-12)
+        assert pr_thr[-n_sk:] == pytest.approx(sk_t.tolist(), abs=1e-7)
+        assert out["f1"] == pytest.approx([f1[best], sk_t[best]], abs=1e-7)
 
 
 def case_num_classes_mismatch(rank: int, world: int) -> str:
