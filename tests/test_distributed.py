@@ -113,7 +113,7 @@ def case_count(rank: int, world: int, n_states: int) -> dict[str, int]:
     }.items():
         metric.update(preds[part].float(), target[part])
         counts[key] = _count_collectives(metric.compute)
-    states = {f"s{i}": torch.arange(rank + i, dtype=torch.float32) for i in range(n_states)}
+    states = {f"s{i}": [torch.arange(rank + i, dtype=torch.float32), torch.ones(2)] for i in range(n_states)}
     counts["states"] = _count_collectives(
         lambda: sync_states(
             states, {}, config={}, group=resolve_group(None), timeout=20, what="t", fix="", device=torch.device("cpu")

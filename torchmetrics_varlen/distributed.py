@@ -58,7 +58,7 @@ def gather_varlen(tensor: Tensor, group: Any | None = None, *, sync_timeout: flo
     if dist.get_world_size(pg) == 1:
         return tensor
     result = sync_states(
-        {"tensor": tensor},
+        {"tensor": [tensor]},
         {},
         config={"op": "gather_varlen"},
         group=pg,

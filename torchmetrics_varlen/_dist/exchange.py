@@ -68,8 +68,17 @@ def _wait(work: Any, timeout: float | None, what: str) -> None:
         raise MetricSyncError(msg) from err
 
 
+def _describe_pieces(pieces: list[Tensor]) -> list[Any]:
+    """``[dtype, trailing shape, rows]`` of one rank's state, given as the list of its stored batches."""
+    dtype = pieces[0].dtype
+    for piece in pieces[1:]:
+        dtype = torch.promote_types(dtype, piece.dtype)
+    shaped = next((p for p in pieces if p.shape[0]), pieces[0])
+    return [str(dtype), list(shaped.shape[1:]), sum(int(p.shape[0]) for p in pieces)]
+
+
 def sync_states(
-    cat: dict[str, Tensor],
+    cat: dict[str, list[Tensor]],
     summed: dict[str, Tensor],
     *,
     config: dict[str, Any],
@@ -84,8 +93,10 @@ def sync_states(
 ) -> Gathered:
     """Check in, verify that all ranks agree, and exchange every state in one collective per state kind.
 
-    ``cat`` tensors may have any number of rows (including zero) per rank and must agree across ranks on their
-    trailing shape and dtype family (ranks without rows are wildcards). ``summed`` tensors must agree exactly.
+    ``cat`` states are given as lists of pieces (the stored batches, packed straight into the send buffer without a
+    concatenation first; at least one piece, possibly empty). They may have any number of rows (including zero)
+    per rank and must agree across ranks on their trailing shape and dtype family (ranks without rows are
+    wildcards). ``summed`` tensors must agree exactly.
     ``info`` (small JSON values, e.g. per-rank counters) travels with the check-in and comes back per rank;
     ``unset_ok`` values must agree across the ranks where they are not ``None``. With ``dst`` (a rank of the
     group) only that rank receives the cat states; the others get them with zero rows and never hold more than
@@ -98,7 +109,7 @@ def sync_states(
         "config": config,
         "cat_states": sorted(cat),
         "summed_states": {k: [str(v.dtype), list(v.shape)] for k, v in sorted(summed.items())},
-        "cat": {k: [str(v.dtype), list(v.shape[1:]), int(v.shape[0])] for k, v in sorted(cat.items())},
+        "cat": {k: _describe_pieces(v) for k, v in sorted(cat.items())},
     }
     records = check_in(record, group=group, timeout=timeout, what=what, fix=fix)
     check_consistent(records, ["config", "cat_states", "summed_states"], what, global_ranks)
@@ -147,8 +158,14 @@ def _nbytes(rows: int, trailing: list[int], dtype: torch.dtype) -> int:
     return -(-raw // _ALIGN) * _ALIGN
 
 
+def _empty_states(
+    names: list[str], layouts: dict[str, tuple[torch.dtype, list[int]]], device: torch.device
+) -> dict[str, Tensor]:
+    return {n: torch.empty((0, *layouts[n][1]), dtype=layouts[n][0], device=device) for n in names}
+
+
 def _gather_packed(
-    cat: dict[str, Tensor],
+    cat: dict[str, list[Tensor]],
     layouts: dict[str, tuple[torch.dtype, list[int]]],
     rows: dict[str, list[int]],
     rank: int,
@@ -164,16 +181,20 @@ def _gather_packed(
     sizes = [sum(_nbytes(rows[n][r], layouts[n][1], layouts[n][0]) for n in names) for r in range(world)]
     total = sum(sizes)
     if total == 0:
-        return {n: torch.empty((0, *layouts[n][1]), dtype=layouts[n][0], device=comm) for n in names}
+        return _empty_states(names, layouts, comm)
     widest = -(-max(sizes) // _ALIGN) * _ALIGN
     nccl = "nccl" in str(dist.get_backend(group)).lower()
     padded = dst is not None or (not nccl and world * widest <= 2 * total + (1 << 20))
-    local = torch.zeros(widest if padded else sizes[rank], dtype=torch.uint8, device=comm)
+    # Uninitialised on purpose: padding and alignment bytes are never read back.
+    local = torch.empty(widest if padded else sizes[rank], dtype=torch.uint8, device=comm)
     offset = 0
     for n in names:
-        flat = cat[n].to(device=comm, dtype=layouts[n][0]).reshape(-1)
-        nbytes = flat.numel() * flat.element_size()
-        local[offset : offset + nbytes].copy_(flat.view(torch.uint8))
+        start = offset
+        for piece in cat[n]:
+            flat = piece.to(device=comm, dtype=layouts[n][0]).reshape(-1)
+            nbytes = flat.numel() * flat.element_size()
+            local[start : start + nbytes].copy_(flat.view(torch.uint8))
+            start += nbytes
         offset += _nbytes(rows[n][rank], layouts[n][1], layouts[n][0])
     if dst is not None:
         # Gather to one rank: only it allocates the combined buffer.
@@ -181,7 +202,7 @@ def _gather_packed(
         targets = [out[r * widest : (r + 1) * widest] for r in range(world)] if rank == dst else None
         _wait(dist.gather(local, targets, dst=global_ranks[dst], group=group, async_op=True), timeout, what)
         if rank != dst:
-            return {n: torch.empty((0, *layouts[n][1]), dtype=layouts[n][0], device=comm) for n in names}
+            return _empty_states(names, layouts, comm)
         parts = [out[r * widest : r * widest + sizes[r]] for r in range(world)]
     elif padded:
         # Gloo has no uneven all-gather: pad to the widest rank when that wastes little.

@@ -304,6 +304,12 @@ class _VarlenMetric(_SyncedMetric):
     def _rows(self, name: str) -> Tensor:
         return _cat(getattr(self, name), self._empty(name))
 
+    def _pieces(self, name: str) -> list[Tensor]:
+        """The stored batches of state ``name`` (one empty piece if none), for packing without a concatenation."""
+        state = getattr(self, name)
+        pieces = [state] if isinstance(state, Tensor) else list(state)
+        return pieces or [self._empty(name)]
+
     def _evaluated(self) -> dict[str, Tensor]:
         """The rows to evaluate after dedup (ordered by id in id mode); fills ``sync_report``."""
         rows = {name: self._rows(name) for name in ("preds", "target", *self._row_extras)}

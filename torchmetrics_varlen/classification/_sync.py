@@ -1,7 +1,7 @@
 """The sync half of the package's metrics: one guarded exchange, shared by a compute group, or gathered to one rank.
 
 ``_SyncedMetric`` replaces torchmetrics' per-state gathers (``_sync_dist``) and wraps ``compute``. It knows the
-states only through the few hooks its subclass (``_VarlenMetric``) implements: ``_rows``, ``_local_info`` and
+states only through the few hooks its subclass (``_VarlenMetric``) implements: ``_pieces``, ``_local_info`` and
 ``_dedup_mode``.
 """
 
@@ -44,7 +44,7 @@ class _SyncedMetric(Metric):
     _config: dict[str, Any]
     _synced_info: list[dict[str, Any]] | None
 
-    def _rows(self, name: str) -> Tensor:
+    def _pieces(self, name: str) -> list[Tensor]:
         raise NotImplementedError
 
     def _local_info(self) -> dict[str, Any]:
@@ -120,10 +120,10 @@ class _SyncedMetric(Metric):
         """
         group = resolve_group(process_group or self.process_group)
         names = ("preds", "target", "ids", "ids_sub", *self._row_extras) if self._summed is None else ()
-        cat = {name: self._rows(name) for name in names}
+        cat = {name: self._pieces(name) for name in names}
         # Counters travel with the check-in; only the binned / 16-bit counts need an all-reduce.
         summed = {} if self._summed is None else {self._summed: getattr(self, self._summed)}
-        device = cat["preds"].device if cat else next(iter(summed.values())).device
+        device = cat["preds"][0].device if cat else next(iter(summed.values())).device
         result = self._shared_sync(cat, summed, group, device)
         for key, value in {**result.cat, **result.summed}.items():
             setattr(self, key, value)
@@ -131,7 +131,9 @@ class _SyncedMetric(Metric):
             setattr(self, key, self.num_samples.new_tensor(sum(i[key] for i in result.info)))
         self._synced_info = result.info
 
-    def _shared_sync(self, cat: dict[str, Tensor], summed: dict[str, Tensor], group: Any, device: torch.device) -> Any:
+    def _shared_sync(
+        self, cat: dict[str, list[Tensor]], summed: dict[str, Tensor], group: Any, device: torch.device
+    ) -> Any:
         """Sync, or reuse the sync another metric of the same compute group just did on these very state lists."""
         names = ("preds", "target", "ids", "ids_sub", *self._row_extras) if self._summed is None else (self._summed,)
         objs = [getattr(self, n) for n in names]
