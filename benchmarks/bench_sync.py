@@ -1,12 +1,16 @@
-"""Sync on W CPU ranks (gloo): this package vs a bare all-gather of the same bytes and vs torchmetrics.
+"""Sync and distributed compute on W CPU ranks (gloo): this package vs a bare all-gather and vs torchmetrics.
 
-Each rank holds N / W samples (float32 scores, int64 labels as users pass them). Measured on every rank, medians:
+Each rank holds N / W samples (float32 scores, int64 labels as users pass them). Times are medians, on every rank:
 
-- ``bare``: ``all_gather_into_tensor`` of the payload this package moves (scores + packed labels), the floor;
+- ``bare``: ``all_gather_into_tensor`` of the payload this package moves (scores + 1-byte labels), the floor;
 - ``varlen sync``: ``metric.sync(); metric.unsync()`` (check-in on the store, one packed exchange, unpack);
-- ``varlen compute``: the whole ``compute()`` (sync, then the exact AUROC);
-- ``torchmetrics sync`` / ``torchmetrics compute``: the same for ``BinaryAUROC``;
-- peak RSS above the level before ``compute()``, per rank, against the gathered payload.
+- ``torchmetrics sync``: the same for ``BinaryAUROC``;
+- ``compute`` of ``VarlenAUROC`` three ways: every rank gathers everything (default), ``compute_on_rank=0``, and
+  ``compute_sharded=True``; and of ``BinaryAUROC``.
+
+Peak memory is measured separately, in fresh processes per variant (allocator caches would otherwise hide it): the
+peak RSS during one ``compute()`` above the level just before it, per rank, against the gathered payload
+(``N * 5`` bytes).
 
     python benchmarks/bench_sync.py --world-sizes 2,4 --num-samples 4000000
 """
@@ -25,14 +29,22 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+COMPUTES = ["varlen", "varlen on rank 0", "varlen sharded", "torchmetrics"]
 
-def _rank(rank: int, world: int, store: str, n: int, repeats: int, out: str) -> None:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from _measure import PeakRSS, median_time
+
+def _metric(name: str) -> Any:
     from torchmetrics.classification import BinaryAUROC
 
     from torchmetrics_varlen import VarlenAUROC
 
+    if name == "torchmetrics":
+        return BinaryAUROC(validate_args=False)
+    extra = {"varlen on rank 0": {"compute_on_rank": 0}, "varlen sharded": {"compute_sharded": True}}.get(name, {})
+    return VarlenAUROC(validate_args=False, sync_timeout=600, **extra)
+
+
+def _setup(rank: int, world: int, store: str, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo", init_method=f"file://{store}", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=600)
@@ -41,23 +53,29 @@ def _rank(rank: int, world: int, store: str, n: int, repeats: int, out: str) -> 
     local = n // world
     target = torch.randint(0, 2, (local,), generator=gen)
     preds = torch.rand(local, generator=gen) * 0.8 + 0.2 * target
-    ours, theirs = VarlenAUROC(validate_args=False, sync_timeout=600), BinaryAUROC(validate_args=False)
-    ours.update(preds, target)
-    theirs.update(preds, target)
-    payload = local * (4 + 1)  # float32 score + bool label per sample
+    return preds, target
+
+
+def _timing_rank(rank: int, world: int, store: str, n: int, repeats: int, out: str) -> None:
+    preds, target = _setup(rank, world, store, n)
+    from _measure import median_time
+
+    metrics = {name: _metric(name) for name in COMPUTES}
+    for metric in metrics.values():
+        metric.update(preds, target)
+    payload = preds.numel() * (4 + 1)  # float32 score + bool label per sample
     buf = torch.zeros(payload, dtype=torch.uint8)
     out_buf = torch.empty(world * payload, dtype=torch.uint8)
 
     def bare() -> None:
         getattr(dist, "all_gather_single", dist.all_gather_into_tensor)(out_buf, buf)
 
-    def ours_sync() -> None:
-        ours.sync()
-        ours.unsync()
+    def sync(metric: Any) -> Any:
+        def run() -> None:
+            metric.sync()
+            metric.unsync()
 
-    def theirs_sync() -> None:
-        theirs.sync()
-        theirs.unsync()
+        return run
 
     def fresh(metric: Any) -> Any:
         def run() -> Any:
@@ -67,24 +85,45 @@ def _rank(rank: int, world: int, store: str, n: int, repeats: int, out: str) -> 
         return run
 
     row: dict[str, Any] = {"rank": rank, "world": world, "n": n, "gathered_payload_bytes": world * payload}
-    for name, fn in [
-        ("bare", bare),
-        ("varlen sync", ours_sync),
-        ("torchmetrics sync", theirs_sync),
-        ("varlen compute", fresh(ours)),
-        ("torchmetrics compute", fresh(theirs)),
-    ]:
+    values = {}
+    timed = [("bare", bare), ("varlen sync", sync(metrics["varlen"]))]
+    timed += [("torchmetrics sync", sync(metrics["torchmetrics"]))]
+    timed += [(f"{name} compute", fresh(metrics[name])) for name in COMPUTES]
+    for name, fn in timed:
         dist.barrier()
         row[name] = median_time(fn, repeats)
-    for name, metric in [("varlen", ours), ("torchmetrics", theirs)]:
-        dist.barrier()
-        metric._computed = None
-        with PeakRSS() as mem:
-            metric.compute()
-        row[f"{name} peak extra bytes"] = mem.extra
-    with open(os.path.join(out, f"rank{rank}.json"), "w") as fh:
+        if name.endswith("compute"):
+            values[name] = float(fn())
+    row["values"] = values
+    with open(os.path.join(out, f"time{rank}.json"), "w") as fh:
         json.dump(row, fh)
     dist.destroy_process_group()
+
+
+def _memory_rank(rank: int, world: int, store: str, n: int, variant: str, out: str) -> None:
+    preds, target = _setup(rank, world, store, n)
+    from _measure import PeakRSS
+
+    metric = _metric(variant)
+    metric.update(preds, target)
+    del preds, target
+    dist.barrier()
+    with PeakRSS() as mem:
+        metric.compute()
+    with open(os.path.join(out, f"mem{rank}.json"), "w") as fh:
+        json.dump({"rank": rank, "extra": mem.extra}, fh)
+    dist.destroy_process_group()
+
+
+def _spawn(fn: Any, world: int, *args: Any) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(fn, args=(world, os.path.join(tmp, "store"), *args, tmp), nprocs=world, join=True)
+        prefix = "time" if fn is _timing_rank else "mem"
+        rows = []
+        for r in range(world):
+            with open(os.path.join(tmp, f"{prefix}{r}.json")) as fh:
+                rows.append(json.load(fh))
+    return rows
 
 
 def main() -> None:
@@ -93,32 +132,46 @@ def main() -> None:
     parser.add_argument("--world-sizes", default="2,4")
     parser.add_argument("--num-samples", type=int, default=4_000_000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", default=None, help="also write the rows to this file")
     args = parser.parse_args()
-    print(
-        f"{'W':>2} {'rank':>4} {'bare s':>8} {'sync s':>8} {'/bare':>6} {'tm sync':>8} {'compute':>8} "
-        f"{'tm comp':>8} {'/tm':>5} {'peak/payload':>12} {'tm peak/payload':>15}"
-    )
+    results = []
     for world in [int(w) for w in args.world_sizes.split(",")]:
-        with tempfile.TemporaryDirectory() as tmp:
-            mp.spawn(
-                _rank,
-                args=(world, os.path.join(tmp, "store"), args.num_samples, args.repeats, tmp),
-                nprocs=world,
-                join=True,
-            )
-            rows = []
-            for r in range(world):
-                with open(os.path.join(tmp, f"rank{r}.json")) as fh:
-                    rows.append(json.load(fh))
-        for r in rows:
-            payload = r["gathered_payload_bytes"]
-            print(
-                f"{world:>2} {r['rank']:>4} {r['bare']:8.4f} {r['varlen sync']:8.4f}"
-                f" {r['varlen sync'] / r['bare']:6.2f}"
-                f" {r['torchmetrics sync']:8.4f} {r['varlen compute']:8.4f} {r['torchmetrics compute']:8.4f}"
-                f" {r['varlen compute'] / r['torchmetrics compute']:5.2f}"
-                f" {r['varlen peak extra bytes'] / payload:12.2f} {r['torchmetrics peak extra bytes'] / payload:15.2f}"
-            )
+        rows = _spawn(_timing_rank, world, args.num_samples, args.repeats)
+        for variant in COMPUTES:
+            for row, mem in zip(rows, _spawn(_memory_rank, world, args.num_samples, variant), strict=True):
+                row[f"{variant} peak"] = mem["extra"]
+        results.extend(rows)
+    print("Time (seconds, median per rank) and ratios")
+    print(
+        f"{'W':>2} {'rank':>4} {'bare':>7} {'sync':>7} {'/bare':>6} {'tm sync':>7} | {'gather':>7} {'on r0':>7}"
+        f" {'sharded':>7} {'tm':>7} | {'shard/gather':>12} {'gather/tm':>9}"
+    )
+    for r in results:
+        print(
+            f"{r['world']:>2} {r['rank']:>4} {r['bare']:7.4f} {r['varlen sync']:7.4f}"
+            f" {r['varlen sync'] / r['bare']:6.2f} {r['torchmetrics sync']:7.4f} |"
+            f" {r['varlen compute']:7.4f} {r['varlen on rank 0 compute']:7.4f} {r['varlen sharded compute']:7.4f}"
+            f" {r['torchmetrics compute']:7.4f} |"
+            f" {r['varlen sharded compute'] / r['varlen compute']:12.2f}"
+            f" {r['varlen compute'] / r['torchmetrics compute']:9.2f}"
+        )
+    print("\nPeak extra RSS during compute() (fresh processes), as a multiple of the gathered payload (N * 5 bytes)")
+    print(f"{'W':>2} {'rank':>4} {'gather':>7} {'on r0':>7} {'sharded':>7} {'tm':>7} | {'shard/gather':>12}")
+    for r in results:
+        payload = r["gathered_payload_bytes"]
+        peaks = [r[f"{v} peak"] / payload for v in COMPUTES]
+        print(
+            f"{r['world']:>2} {r['rank']:>4} "
+            + " ".join(f"{p:7.2f}" for p in peaks)
+            + f" | {r['varlen sharded peak'] / max(r['varlen peak'], 1):12.2f}"
+        )
+    print("\nValues (rank 0):")
+    for r in results:
+        if r["rank"] == 0:
+            print(f"  W={r['world']}: " + ", ".join(f"{k} {v:.15f}" for k, v in r["values"].items()))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=1)
 
 
 if __name__ == "__main__":

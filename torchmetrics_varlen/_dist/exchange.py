@@ -47,14 +47,14 @@ def _dtype(name: str) -> torch.dtype:
     return dtype
 
 
-def _comm_device(group: Any, fallback: torch.device) -> torch.device:
+def comm_device(group: Any, fallback: torch.device) -> torch.device:
     backend = str(dist.get_backend(group)).lower()
     if "nccl" in backend and fallback.type != "cuda":
         return torch.device("cuda", torch.cuda.current_device())
     return fallback
 
 
-def _wait(work: Any, timeout: float | None, what: str) -> None:
+def wait(work: Any, timeout: float | None, what: str) -> None:
     try:
         if timeout is None:
             work.wait()
@@ -102,6 +102,47 @@ def sync_states(
     group) only that rank receives the cat states; the others get them with zero rows and never hold more than
     their own share.
     """
+    checked = check_in_states(
+        cat, summed, config=config, group=group, timeout=timeout, what=what, fix=fix, info=info, unset_ok=unset_ok
+    )
+    rank, world, global_ranks = checked.rank, checked.world, checked.global_ranks
+    records, layouts = checked.records, checked.layouts
+    comm = comm_device(group, device)
+    rows = {name: [r["cat"][name][2] for r in records] for name in cat}
+    gathered = _gather_packed(cat, layouts, rows, rank, world, global_ranks, group, comm, timeout, what, dst)
+    reduced = _reduce_summed(summed, group, comm, timeout, what)
+    return Gathered(
+        cat={k: v.to(device) for k, v in gathered.items()},
+        summed={k: v.to(device) for k, v in reduced.items()},
+        rows_per_rank=rows,
+        info=[r["info"] for r in records],
+    )
+
+
+@dataclass(frozen=True)
+class CheckedIn:
+    """What every rank knows after the check-in: every rank's record and the agreed layout of each cat state."""
+
+    rank: int
+    world: int
+    global_ranks: list[int]
+    records: list[dict[str, Any]]
+    layouts: dict[str, tuple[torch.dtype, list[int]]]
+
+
+def check_in_states(
+    cat: dict[str, list[Tensor]],
+    summed: dict[str, Tensor],
+    *,
+    config: dict[str, Any],
+    group: Any,
+    timeout: float | None,
+    what: str,
+    fix: str,
+    info: dict[str, Any] | None = None,
+    unset_ok: dict[str, Any] | None = None,
+) -> CheckedIn:
+    """The check-in half of :func:`sync_states`: publish the metadata, wait for every rank, verify agreement."""
     rank, world, global_ranks = group_layout(group)
     record = {
         "info": info or {},
@@ -116,16 +157,7 @@ def sync_states(
     for key in sorted(unset_ok or {}):
         check_consistent(records, [key], what, global_ranks, field="unset_ok")
     layouts = {name: _agree_on_layout(name, [r["cat"][name] for r in records], what, global_ranks) for name in cat}
-    comm = _comm_device(group, device)
-    rows = {name: [r["cat"][name][2] for r in records] for name in cat}
-    gathered = _gather_packed(cat, layouts, rows, rank, world, global_ranks, group, comm, timeout, what, dst)
-    reduced = _reduce_summed(summed, group, comm, timeout, what)
-    return Gathered(
-        cat={k: v.to(device) for k, v in gathered.items()},
-        summed={k: v.to(device) for k, v in reduced.items()},
-        rows_per_rank=rows,
-        info=[r["info"] for r in records],
-    )
+    return CheckedIn(rank, world, global_ranks, records, layouts)
 
 
 def _agree_on_layout(
@@ -200,7 +232,7 @@ def _gather_packed(
         # Gather to one rank: only it allocates the combined buffer.
         out = torch.empty(world * widest if rank == dst else 0, dtype=torch.uint8, device=comm)
         targets = [out[r * widest : (r + 1) * widest] for r in range(world)] if rank == dst else None
-        _wait(dist.gather(local, targets, dst=global_ranks[dst], group=group, async_op=True), timeout, what)
+        wait(dist.gather(local, targets, dst=global_ranks[dst], group=group, async_op=True), timeout, what)
         if rank != dst:
             return _empty_states(names, layouts, comm)
         parts = [out[r * widest : r * widest + sizes[r]] for r in range(world)]
@@ -208,13 +240,13 @@ def _gather_packed(
         # Gloo has no uneven all-gather: pad to the widest rank when that wastes little.
         out = torch.empty(world * widest, dtype=torch.uint8, device=comm)
         gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in 2.13
-        _wait(gather_single(out, local, group=group, async_op=True), timeout, what)
+        wait(gather_single(out, local, group=group, async_op=True), timeout, what)
         parts = [out[r * widest : r * widest + sizes[r]] for r in range(world)]
     else:
         out = torch.empty(total, dtype=torch.uint8, device=comm)
         parts = [out[sum(sizes[:r]) : sum(sizes[: r + 1])] for r in range(world)]
         if nccl:
-            _wait(dist.all_gather(parts, local, group=group, async_op=True), timeout, what)
+            wait(dist.all_gather(parts, local, group=group, async_op=True), timeout, what)
         else:
             # Very uneven shards on gloo: one broadcast per non-empty rank, all in flight together.
             works = []
@@ -223,7 +255,7 @@ def _gather_packed(
                     buf = local if r == rank else parts[r]
                     works.append(dist.broadcast(buf, src=global_ranks[r], group=group, async_op=True))
             for work in works:
-                _wait(work, timeout, what)
+                wait(work, timeout, what)
             parts[rank] = local
     return _unpack(parts, names, layouts, rows)
 
@@ -255,7 +287,7 @@ def _reduce_summed(
         raise MetricSyncError(msg)
     wire = torch.float64 if kinds.pop() else torch.int64
     flat = torch.cat([summed[n].to(device=comm, dtype=wire).reshape(-1) for n in names])
-    _wait(dist.all_reduce(flat, group=group, async_op=True), timeout, what)
+    wait(dist.all_reduce(flat, group=group, async_op=True), timeout, what)
     out: dict[str, Tensor] = {}
     offset = 0
     for n in names:

@@ -23,12 +23,16 @@ from torchmetrics_varlen._checks import (
     validate_sample_ids,
 )
 from torchmetrics_varlen._dedup import SyncReport, dedup_by_id, sampler_kept_rows
+from torchmetrics_varlen._dist.exchange import check_in_states, comm_device
 from torchmetrics_varlen._dist.guard import resolve_group
+from torchmetrics_varlen._dist.shard import Shard, route_rows_by_id, sharded_sums
 from torchmetrics_varlen.classification._sync import _COUNTERS, _SHARED_SYNCS, _SyncedMetric
 from torchmetrics_varlen.distributed import distributed_available
-from torchmetrics_varlen.functional._sort import Counts
+from torchmetrics_varlen.functional._ranking import RankSums
+from torchmetrics_varlen.functional._sort import Column
 from torchmetrics_varlen.functional._tasks import (
     Average,
+    binary_problems,
     binned_state,
     empty_histogram,
     empty_state,
@@ -95,6 +99,7 @@ class _VarlenMetric(_SyncedMetric):
         dataset_size: int | None = None,
         sync_timeout: float | None = 60.0,
         compute_on_rank: int | None = None,
+        compute_sharded: bool = False,
         row_extras: tuple[str, ...] = (),
         config: dict[str, Any] | None = None,
         **kwargs: Any,
@@ -123,11 +128,22 @@ class _VarlenMetric(_SyncedMetric):
         ):
             msg = f"Expected argument `compute_on_rank` to be a rank (int >= 0) or None, but got {compute_on_rank!r}."
             raise ValueError(msg)
+        if not isinstance(compute_sharded, bool):
+            msg = f"Expected argument `compute_sharded` to be a bool, but got {compute_sharded!r}."
+            raise ValueError(msg)
+        if compute_sharded and (thresholds is not None or compute_on_rank is not None):
+            msg = (
+                "`compute_sharded=True` spreads the exact computation over the ranks: it needs the exact mode"
+                " (thresholds=None; the binned and 16-bit states are already small and summed) and cannot be"
+                " combined with `compute_on_rank` (which gathers everything to one rank)."
+            )
+            raise ValueError(msg)
         self.ignore_index = ignore_index
         self.validate_args = validate_args
         self.sync_timeout = sync_timeout
         self.dataset_size = dataset_size
         self.compute_on_rank = compute_on_rank
+        self.compute_sharded = compute_sharded
         self.sync_report: SyncReport | None = None
         self._row_extras = row_extras
         self._width: int = (num_classes if task == "multiclass" else num_labels) or 1
@@ -155,6 +171,7 @@ class _VarlenMetric(_SyncedMetric):
             "ignore_index": ignore_index,
             "dataset_size": dataset_size,
             "compute_on_rank": compute_on_rank,
+            "compute_sharded": compute_sharded,
             **(config or {}),
         }
         self._synced_info: list[dict[str, Any]] | None = None
@@ -328,22 +345,25 @@ class _VarlenMetric(_SyncedMetric):
         self._report(None)
         return self.confmat if self.thresholds is not None else self.hist
 
-    def _columns(self, with_scores: bool) -> list[Counts]:
-        """Counts per distinct score of every binary problem, in exact or 16-bit mode (not binned)."""
+    def _columns(self, with_scores: bool) -> list[Column]:
+        """Every binary problem, in exact or 16-bit mode (not binned)."""
         if self._hist_dtype is not None:
             return histogram_columns(self._evaluated_summed(), self._hist_dtype, self.task, self.average, with_scores)
         rows = self._evaluated()
         return exact_columns(rows["preds"], rows["target"], self.task, self.average, with_scores)
 
-    def _report(self, kept_samples: int | None) -> None:
+    def _report(self, kept_samples: int | None, info: list[dict[str, Any]] | None = None) -> None:
+        """Fill ``sync_report``; ``info`` (every rank's counters) when the caller synced them itself."""
         if self._in_forward:
             return
-        info = self._synced_info if self._is_synced and self._synced_info else [self._local_info()]
+        synced = self._is_synced or info is not None
+        if info is None:
+            info = self._synced_info if self._is_synced and self._synced_info else [self._local_info()]
         seen = tuple(i["rows_seen"] for i in info)
         padding = sum(i["padding_dropped"] for i in info)
         received = sum(seen) - padding
         kept = received if kept_samples is None else kept_samples
-        partial = not self._is_synced and self._group_position()[1] > 1  # sync_on_compute=False: a local view
+        partial = not synced and self._group_position()[1] > 1  # sync_on_compute=False: a local view
         missing = None if self.dataset_size is None or partial else max(0, self.dataset_size - kept)
         self.sync_report = SyncReport(
             world_size=len(info),
@@ -353,7 +373,7 @@ class _VarlenMetric(_SyncedMetric):
             kept=kept,
             missing=missing,
         )
-        rank = self._group_position()[0] if self._is_synced else 0
+        rank = self._group_position()[0] if synced else 0
         if missing and rank == (self.compute_on_rank or 0):
             warnings.warn(
                 f"{type(self).__name__}: dataset_size={self.dataset_size} but only {kept} samples were evaluated:"
@@ -365,6 +385,77 @@ class _VarlenMetric(_SyncedMetric):
 
     def _local_info(self) -> dict[str, Any]:
         return {"rows_seen": int(self.rows_seen), "padding_dropped": int(self.padding_dropped)}
+
+    # ------------------------------------------------------------------ sharded compute
+
+    _wanted_sums: tuple[bool, bool] = (True, True)  # (area, ap): what _value_from_sums needs
+
+    def _value_from_sums(self, sums: list[RankSums]) -> Tensor:
+        """The metric's value from the global sums of every binary problem (sharded compute)."""
+        raise NotImplementedError
+
+    def _compute_sharded(self) -> Tensor:
+        """``compute_sharded=True``: every rank keeps one range of the scores; see ``_dist/shard.py``."""
+        if self._computed is not None:
+            return cast(Tensor, self._computed)
+        group = resolve_group(self.process_group)
+        what = f"{type(self).__name__}.compute()"
+        names = ("preds", "target", "ids", "ids_sub")
+        checked = check_in_states(
+            {name: self._pieces(name) for name in names},
+            {},
+            config=self._config,
+            group=group,
+            timeout=self.sync_timeout,
+            what=what,
+            fix=self._sync_fix(),
+            info={**self._local_info(), "num_samples": int(self.num_samples)},
+            unset_ok={"dedup": self._dedup_mode()},
+        )
+        comm = comm_device(group, self.num_samples.device)
+        shard = Shard(group, self.sync_timeout, what, comm)
+        rows = {
+            "preds": self._rows("preds").to(device=comm, dtype=checked.layouts["preds"][0]),
+            "target": self._rows("target").to(comm),
+        }
+        kept = None
+        if "ids" in {r["unset_ok"]["dedup"] for r in checked.records}:
+            rows["ids"], rows["ids_sub"] = self._rows("ids").to(comm), self._rows("ids_sub").to(comm)
+            rows, kept = self._dedup_sharded(shard, route_rows_by_id(shard, rows, rows["ids"]))
+        self._report(kept, info=[r["info"] for r in checked.records])
+        area, ap = self._wanted_sums
+        problems = binary_problems(rows.pop("preds"), rows.pop("target"), self.task, self.average)
+        sums = []
+        while problems:
+            scores, labels = problems.pop(0)
+            sums.append(sharded_sums(shard, scores, labels, area=area, ap=ap))
+            del scores, labels
+        value = self._value_from_sums(sums).to(self.num_samples.device)
+        if self.compute_with_cache:
+            self._computed = cast(Any, value)
+        return value
+
+    def _dedup_sharded(self, shard: Shard, rows: dict[str, Tensor]) -> tuple[dict[str, Tensor], int]:
+        """Drop duplicate ids among the rows routed here; a conflict raises on every rank."""
+        error: ValueError | None = None
+        try:
+            keep = dedup_by_id(rows["ids"], rows["ids_sub"], rows["target"])
+        except ValueError as err:
+            error, keep = err, torch.zeros(0, dtype=torch.int64, device=shard.device)
+        kept_ids = rows["ids"][keep]
+        kept = int(kept_ids.numel() and 1 + (kept_ids[1:] != kept_ids[:-1]).sum())
+        flags = shard.all_gather(torch.tensor([error is not None, kept], dtype=torch.int64, device=shard.device))
+        bad = [r for r, flag in enumerate(flags[:, 0].tolist()) if flag]
+        if error is not None:
+            raise error
+        if bad:
+            msg = (
+                f"{shard.what}: rank {bad[0]} found a sample id seen twice with different targets (its error names"
+                " the id). Copies of one id must be the same sample: check that `sample_ids` are global dataset"
+                " indices, not per-rank or per-batch positions."
+            )
+            raise ValueError(msg)
+        return {name: rows[name][keep] for name in ("preds", "target")}, int(flags[:, 1].sum())
 
 
 class _RankingMetric(_VarlenMetric):

@@ -38,6 +38,7 @@ class _SyncedMetric(Metric):
     num_samples: Tensor
     sync_timeout: float | None
     compute_on_rank: int | None
+    compute_sharded: bool
     sync_report: SyncReport | None
     _summed: str | None
     _row_extras: tuple[str, ...]
@@ -52,6 +53,16 @@ class _SyncedMetric(Metric):
 
     def _dedup_mode(self) -> str | None:
         raise NotImplementedError
+
+    def _compute_sharded(self) -> Any:
+        raise NotImplementedError
+
+    def _sync_fix(self) -> str:
+        name = type(self).__name__
+        return (
+            f"Call {name}.compute() (or log the metric) on every rank of its process group, not only on rank 0;"
+            " use sync_on_compute=False for a rank-local value."
+        )
 
     def _copy_state_dict(self) -> dict[str, list[Tensor] | Tensor]:
         """Shallow copies of the list states instead of torchmetrics' clone of every stored batch.
@@ -75,6 +86,8 @@ class _SyncedMetric(Metric):
         @functools.wraps(compute)
         def wrapped_compute(*args: Any, **kwargs: Any) -> Any:
             distributed = self._to_sync and distributed_available()
+            if distributed and self.compute_sharded and self._summed is None:
+                return self._compute_sharded()
             if distributed and self.compute_on_rank is not None and self._summed is None:
                 return self._compute_on_one_rank(compute, *args, **kwargs)
             if self._update_count or not distributed:
@@ -155,10 +168,7 @@ class _SyncedMetric(Metric):
             group=group,
             timeout=self.sync_timeout,
             what=f"{name}.compute()",
-            fix=(
-                f"Call {name}.compute() (or log the metric) on every rank of its process group, not only on rank 0;"
-                " use sync_on_compute=False for a rank-local value."
-            ),
+            fix=self._sync_fix(),
             device=device,
             info={**self._local_info(), "num_samples": int(self.num_samples)},
             unset_ok={"dedup": self._dedup_mode()},

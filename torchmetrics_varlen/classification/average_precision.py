@@ -8,8 +8,9 @@ from torch import Tensor
 
 from torchmetrics_varlen._checks import Thresholds
 from torchmetrics_varlen.classification._base import _RankingMetric
+from torchmetrics_varlen.functional._ranking import RankSums
 from torchmetrics_varlen.functional._tasks import Average
-from torchmetrics_varlen.functional.average_precision import _compute_binned, _from_columns, _validate_args
+from torchmetrics_varlen.functional.average_precision import _compute_binned, _from_columns, _from_sums, _validate_args
 
 
 class VarlenAveragePrecision(_RankingMetric):
@@ -35,6 +36,9 @@ class VarlenAveragePrecision(_RankingMetric):
         sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
         compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value: the other
             ranks never hold more than their own share. Every rank still calls ``compute()``. (Exact mode.)
+        compute_sharded: Spread the exact computation over the ranks (a distributed sample sort): each rank ends
+            up with one range of the scores, about ``1 / W`` of them, and no rank ever holds every prediction. Same
+            value (AUROC bit for bit, AP to ~1e-15 relative) with less memory per rank. Exact mode.
         kwargs: Any :class:`torchmetrics.Metric` keyword.
 
     Example:
@@ -58,6 +62,7 @@ class VarlenAveragePrecision(_RankingMetric):
         dataset_size: int | None = None,
         sync_timeout: float | None = 60.0,
         compute_on_rank: int | None = None,
+        compute_sharded: bool = False,
         **kwargs: Any,
     ) -> None:
         _validate_args(task, num_classes, num_labels, average, thresholds, ignore_index)
@@ -72,8 +77,14 @@ class VarlenAveragePrecision(_RankingMetric):
             dataset_size=dataset_size,
             sync_timeout=sync_timeout,
             compute_on_rank=compute_on_rank,
+            compute_sharded=compute_sharded,
             **kwargs,
         )
+
+    _wanted_sums = (False, True)
+
+    def _value_from_sums(self, sums: list[RankSums]) -> Tensor:
+        return _from_sums(sums, self.task, self.average, self.num_samples.device)
 
     def compute(self) -> Tensor:
         """Exact (or binned) average precision over everything seen by every rank of the process group."""

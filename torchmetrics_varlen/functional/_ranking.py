@@ -10,11 +10,12 @@ pairs only, never on their order: any split of the data over ranks, batches or s
 from __future__ import annotations
 
 import warnings
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen.functional._sort import Counts
+from torchmetrics_varlen.functional._sort import Column, Counts, chunks, column_device, local_counts, materialize, size
 
 _NO_POSITIVES_ROC = (
     "No positive samples in targets, true positive value should be meaningless."
@@ -45,50 +46,137 @@ def _dot(a: Tensor, b: Tensor) -> Tensor:
     return torch.dot(a, b) if a.device.type == "cpu" else (a * b).sum()
 
 
-def totals(counts: Counts) -> tuple[int, int]:
-    """``(positives, negatives)``."""
-    if counts.pos_le.numel() == 0:
-        return 0, 0
-    n_pos = int(counts.pos_le[-1])
-    return n_pos, int(counts.all_le[-1]) - n_pos
+class RankSums(NamedTuple):
+    """The additive core of AUROC and AP over a set of samples (or one range of scores of it).
 
-
-def auroc_from_counts(counts: Counts, max_fpr: float | None = None, warn: bool = True) -> Tensor:
-    """Exact AUROC (or McClish partial AUC); one class only gives 0 with torchmetrics' warnings.
-
-    The full area is an integer divided once: exact up to one float64 rounding, whatever the order of the samples.
+    Attributes:
+        n_pos: Positives.
+        n_all: Samples.
+        twice_area: ``2 * P * N * AUROC``: every positive scores 2 per negative below it and 1 per tie (exact int).
+        ap_sum: ``P * AP``: the precision at the score of every positive, summed (float64).
     """
-    n_pos, n_neg = totals(counts)
+
+    n_pos: int
+    n_all: int
+    twice_area: int
+    ap_sum: float
+
+
+def _twice_area_of_counts(counts: Counts, neg_before: int) -> int:
+    """Twice the area of one chunk of distinct scores (``counts`` relative to the chunk, ``neg_before`` below it).
+
+    Each positive beats the negatives below its score and ties with those at it: ``sum_g pos_g * (neg_below_g +
+    neg_le_g)``, with dot products of views.
+    """
+    pos_le = counts.pos_le
+    neg_le = counts.all_le - pos_le
+    pos_g = torch.diff(pos_le, prepend=pos_le.new_zeros(1))
+    return int(_dot(pos_g, neg_le)) + int(_dot(pos_g[1:], neg_le[:-1])) + 2 * neg_before * int(pos_le[-1])
+
+
+def _twice_area_of_keys(keys: Tensor, pos_before: int, all_before: int) -> int:
+    """Twice the area of one chunk of sorted keys (``*_before``: positives / samples below it), in a few passes.
+
+    A key sorts after every negative of its own score (labels are bit 0), so a positive at global position ``i``
+    has ``i - (positives before it)`` negatives at or below its score; summing that over positives counts every
+    tie once too often, so the product ``pos_g * neg_g`` of each score that has both classes is taken off.
+    """
+    labels = keys.bitwise_and(1).to(torch.int64)
+    c = int(labels.sum())
+    positions = int(_dot(labels, torch.arange(keys.numel(), device=keys.device)))
+    neg_le = positions + c * (all_before - pos_before) - c * (c - 1) // 2
+    twice_area = 2 * neg_le
+    mixed = torch.nonzero(keys[1:].bitwise_xor(keys[:-1]) == 1).flatten()  # last negative of a score with both
+    if mixed.numel():
+        first_neg = torch.searchsorted(keys, keys[mixed])
+        after_pos = torch.searchsorted(keys, keys[mixed + 1], right=True)
+        twice_area -= int(_dot(mixed + 1 - first_neg, after_pos - mixed - 1))
+    return twice_area
+
+
+def _ap_sum_of_counts(counts: Counts, pos_before: int, all_before: int, n_pos: int, n_all: int) -> float:
+    """``P * AP`` of one chunk of distinct scores (``counts`` relative to the chunk) within totals ``n_*``.
+
+    At the threshold of each distinct score: TP = positives at or above it, TP + FP = samples at or above it.
+    """
+    pos_le, all_le = counts.pos_le, counts.all_le
+    pos_g = torch.diff(pos_le, prepend=pos_le.new_zeros(1))
+    tps = (n_pos - pos_before) - (pos_le - pos_g)
+    all_ge = (n_all - all_before) - torch.cat([all_le.new_zeros(1), all_le[:-1]])
+    precision = tps.double().div_(all_ge.double())
+    return float(torch.dot(pos_g.double(), precision))
+
+
+def rank_sums(
+    col: Column,
+    *,
+    area: bool = True,
+    ap: bool = True,
+    pos_before: int = 0,
+    all_before: int = 0,
+    totals: tuple[int, int] | None = None,
+) -> RankSums:
+    """:class:`RankSums` of a column, streamed chunk by chunk (only what ``area`` / ``ap`` ask for).
+
+    ``*_before`` and ``totals`` (the global ``(positives, samples)``) place the column within a larger data set
+    when it holds one range of its scores (sharded compute).
+    """
+    n_pos_local, n_all_local = size(col)
+    n_pos, n_all = totals if totals is not None else (n_pos_local, n_all_local)
+    twice_area, ap_sum = 0, 0.0
+    for p, a, chunk in chunks(col):
+        p, a = p + pos_before, a + all_before
+        if area:
+            if isinstance(chunk, Counts):
+                twice_area += _twice_area_of_counts(chunk, a - p)
+            else:
+                twice_area += _twice_area_of_keys(chunk, p, a)
+        if ap:
+            counts = chunk if isinstance(chunk, Counts) else local_counts(chunk)
+            ap_sum += _ap_sum_of_counts(counts, p, a, n_pos, n_all)
+    return RankSums(n_pos_local, n_all_local, twice_area, ap_sum)
+
+
+def combine(parts: list[RankSums]) -> RankSums:
+    """The sums of consecutive ranges, added in their order (the same bits on every rank)."""
+    ap_sum = 0.0
+    for part in parts:
+        ap_sum += part.ap_sum
+    return RankSums(sum(p.n_pos for p in parts), sum(p.n_all for p in parts), sum(p.twice_area for p in parts), ap_sum)
+
+
+def auroc_from_sums(sums: RankSums, device: torch.device, warn: bool = True) -> Tensor:
+    """Exact AUROC; one class only gives 0 with torchmetrics' warnings.
+
+    The area is an integer divided once: exact up to one float64 rounding, whatever the order of the samples.
+    """
+    n_pos, n_neg = sums.n_pos, sums.n_all - sums.n_pos
     if warn and n_neg <= 0:
         warnings.warn(_NO_NEGATIVES_ROC, UserWarning, stacklevel=3)
     if warn and n_pos <= 0:
         warnings.warn(_NO_POSITIVES_ROC, UserWarning, stacklevel=3)
     if n_neg <= 0 or n_pos <= 0:
-        return torch.zeros((), dtype=torch.float64, device=counts.pos_le.device)
-    if max_fpr is not None and max_fpr != 1:
-        return _partial_auroc(*descending(counts)[:2], max_fpr)
-    # Each positive beats the negatives below its score and ties with those at it: twice the area times P * N is
-    # sum_g pos_g * (neg_below_g + neg_le_g), computed with dot products of views (no per-group temporaries).
-    neg_le = counts.all_le - counts.pos_le
-    pos_g = torch.diff(counts.pos_le, prepend=counts.pos_le.new_zeros(1))
-    twice_area = _dot(pos_g, neg_le) + _dot(pos_g[1:], neg_le[:-1])
-    return twice_area.double() / (2.0 * n_pos * n_neg)
+        return torch.zeros((), dtype=torch.float64, device=device)
+    return torch.tensor(float(sums.twice_area) / (2.0 * n_pos * n_neg), dtype=torch.float64, device=device)
 
 
-def average_precision_from_counts(counts: Counts, warn: bool = True) -> Tensor:
+def average_precision_from_sums(sums: RankSums, device: torch.device, warn: bool = True) -> Tensor:
     """Exact average precision; no positives gives 0 with torchmetrics' warning."""
-    n_pos, n_neg = totals(counts)
-    if n_pos <= 0:
+    if sums.n_pos <= 0:
         if warn:
             warnings.warn(_NO_POSITIVES_PR, UserWarning, stacklevel=3)
-        return torch.zeros((), dtype=torch.float64, device=counts.pos_le.device)
-    zero = counts.pos_le.new_zeros(1)
-    pos_below = torch.cat([zero, counts.pos_le[:-1]])
-    all_below = torch.cat([zero, counts.all_le[:-1]])
-    # At the threshold of each distinct score: TP = positives at or above it, TP + FP = samples at or above it.
-    tps = (n_pos - pos_below).double()
-    precision = tps / ((n_pos + n_neg) - all_below).double()
-    return torch.dot((counts.pos_le - pos_below).double(), precision) / n_pos
+        return torch.zeros((), dtype=torch.float64, device=device)
+    return torch.tensor(sums.ap_sum / sums.n_pos, dtype=torch.float64, device=device)
+
+
+def auroc_of(col: Column, max_fpr: float | None = None, warn: bool = True) -> Tensor:
+    """Exact AUROC (or McClish partial AUC) of one column; one class only gives 0 with torchmetrics' warnings."""
+    if max_fpr is not None and max_fpr != 1:
+        n_pos, n_all = size(col)
+        if n_pos and n_all - n_pos:
+            return _partial_auroc(*descending(materialize(col, with_scores=True))[:2], max_fpr)
+        return auroc_from_sums(RankSums(n_pos, n_all, 0, 0.0), column_device(col), warn)
+    return auroc_from_sums(rank_sums(col, ap=False), column_device(col), warn)
 
 
 def _roc_from_counts(fps: Tensor, tps: Tensor, warn: bool = True) -> tuple[Tensor, Tensor]:

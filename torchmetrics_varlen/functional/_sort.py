@@ -1,13 +1,18 @@
 """One sort of the scores into integer counts per distinct score: the only O(N log N) step of the exact metrics.
 
 For 16- and 32-bit floats the label is packed into the lowest bit of an order-preserving integer key built from
-the float's bits, so one integer sort (PyTorch's CPU radix sort for non-negative integer keys, and one fast
-device sort elsewhere) orders scores and carries labels along: no gather of the labels by a random permutation.
-float64 scores (63 + 1 bits do not fit) take a float sort and a gather.
+the float's bits (``2 * code + label``), so sorting the keys alone orders scores and carries labels along: no
+permutation, no gather of the labels, and the thresholds are decoded back from the keys. On CPU the keys are
+sorted in place by NumPy (a vectorised quicksort: no index tensor, no scratch copy); on other devices by
+``torch.sort``. float64 scores (63 + 1 bits do not fit) take a float sort and a gather.
+
+Scalar statistics (AUROC, AP) then stream over the sorted keys in chunks that never split a run of equal scores
+(:func:`chunks`), so nothing else of size N is allocated; curves materialise :class:`Counts`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import torch
@@ -18,6 +23,10 @@ _KEYS = {
     torch.float16: (torch.int16, torch.int32, 1 << 15),
     torch.bfloat16: (torch.int16, torch.int32, 1 << 15),
 }
+
+# Samples per chunk when streaming (a chunk grows to the end of the run of equal scores it stops in). The chunking
+# is a function of the sorted multiset only, so streamed sums are reproducible bit for bit.
+CHUNK = 1 << 18
 
 
 class Counts(NamedTuple):
@@ -34,56 +43,173 @@ class Counts(NamedTuple):
     scores: Tensor | None
 
 
-def _packed_keys(preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor] | None:
-    """Sorted keys ``2 * rank_of_score + label`` and the sorting permutation, or ``None`` for other dtypes."""
-    if preds.dtype not in _KEYS:
-        return None
+class SortedKeys(NamedTuple):
+    """Ascending keys ``2 * code + label`` of one binary problem (see the module docstring).
+
+    Attributes:
+        keys: The sorted keys (int32 for 16-bit scores, int64 for float32).
+        dtype: The dtype of the scores, to decode thresholds.
+        n_pos: How many keys are positives.
+    """
+
+    keys: Tensor
+    dtype: torch.dtype
+    n_pos: int
+
+
+Column = Counts | SortedKeys
+
+
+def packable(dtype: torch.dtype) -> bool:
+    """Whether scores of ``dtype`` fit in a packed key with their label."""
+    return dtype in _KEYS
+
+
+def encode(preds: Tensor, target: Tensor) -> Tensor:
+    """Unsorted keys ``2 * code + label`` (``code`` increases with the score; ``-0.0`` and ``+0.0`` share one).
+
+    Built chunk by chunk: the only allocation of size N is the result.
+    """
     as_int, wide, half = _KEYS[preds.dtype]
-    key = preds.contiguous().view(as_int).to(wide)
-    nonneg = key >= 0
-    # Sign-magnitude float bits -> an increasing integer: |b| for negative floats (and -0.0, which lands on the key
-    # of +0.0), |b| + 2^(bits-1) for positive ones. Then shift the label into bit 0.
-    key.abs_()
-    key.add_(nonneg.to(wide), alpha=half)
-    del nonneg
-    key.bitwise_left_shift_(1)
-    key.bitwise_or_(target.to(wide))
-    order = torch.empty(key.shape, dtype=torch.int64, device=key.device)
-    torch.sort(key, out=(key, order))  # ascending, non-negative integers: radix sort on CPU
-    return key, order
+    n = preds.numel()
+    keys = torch.empty(n, dtype=wide, device=preds.device)
+    preds, target = preds.reshape(-1), target.reshape(-1)
+    for a in range(0, n, CHUNK):
+        b = min(a + CHUNK, n)
+        key = preds[a:b].contiguous().view(as_int).to(wide)
+        nonneg = key >= 0
+        # Sign-magnitude float bits -> an increasing integer: |b| for negative floats (and -0.0, which lands on the
+        # key of +0.0), |b| + 2^(bits-1) for positive ones. Then shift the label into bit 0.
+        key.abs_()
+        key.add_(nonneg.to(wide), alpha=half)
+        key.bitwise_left_shift_(1)
+        key.bitwise_or_(target[a:b].to(wide))
+        keys[a:b] = key
+    return keys
 
 
-def _run_ends(sorted_scores: Tensor) -> Tensor:
+def decode(codes: Tensor, dtype: torch.dtype) -> Tensor:
+    """The ``dtype`` scores of ``codes`` (keys shifted right by one); inverse of :func:`encode`."""
+    as_int, _, half = _KEYS[dtype]
+    bits = torch.where(codes >= half, codes - half, -codes)
+    return bits.to(as_int).view(dtype)
+
+
+def sort_keys_(keys: Tensor, runs: bool = False) -> Tensor:
+    """Sort 1-D integer keys ascending: in place on CPU (NumPy, no index tensor), with ``torch.sort`` elsewhere.
+
+    ``runs=True`` when the keys are a few sorted runs end to end (a merge, NumPy's stable sort, is then faster).
+    """
+    if keys.device.type == "cpu":
+        keys.numpy().sort(kind="stable" if runs else "quicksort")
+        return keys
+    return torch.sort(keys).values
+
+
+def sorted_keys(preds: Tensor, target: Tensor) -> SortedKeys:
+    """Sorted packed keys of 16/32-bit scores ``preds`` and labels ``target`` (bool / 0-1)."""
+    return SortedKeys(sort_keys_(encode(preds, target)), preds.dtype, int(target.sum()))
+
+
+def column(preds: Tensor, target: Tensor) -> Column:
+    """One binary problem in its cheapest exact form: sorted keys, or counts for float64 scores."""
+    if packable(preds.dtype):
+        return sorted_keys(preds, target)
+    return ascending_counts(preds, target, with_scores=True)
+
+
+def _run_ends(sorted_values: Tensor) -> Tensor:
     """Index of the last element of every run of equal values in a sorted vector."""
-    n = sorted_scores.numel()
-    ends = torch.nonzero(sorted_scores[1:] != sorted_scores[:-1]).flatten()
+    n = sorted_values.numel()
+    ends = torch.nonzero(sorted_values[1:] != sorted_values[:-1]).flatten()
     return torch.cat([ends, ends.new_tensor([n - 1])])
+
+
+def _counts_of_keys(keys: Tensor, dtype: torch.dtype, with_scores: bool, in_place: bool) -> Counts:
+    """Counts of sorted keys (relative to their first element); ``in_place`` may overwrite ``keys``."""
+    positives = keys.bitwise_and(1).to(torch.int64)
+    positives.cumsum_(0)
+    codes = keys.bitwise_right_shift_(1) if in_place else keys.bitwise_right_shift(1)
+    ends = _run_ends(codes)
+    scores = decode(codes[ends], dtype) if with_scores else None
+    del codes
+    return Counts(positives[ends], ends + 1, scores)
+
+
+def _empty_counts(device: torch.device, scores: Tensor | None) -> Counts:
+    empty = torch.zeros(0, dtype=torch.int64, device=device)
+    return Counts(empty, empty.clone(), scores)
 
 
 def ascending_counts(preds: Tensor, target: Tensor, with_scores: bool = False) -> Counts:
     """Positives and samples at or below every distinct score of ``preds`` (1-D floats, ``target`` bool / 0-1)."""
-    n = preds.numel()
-    if n == 0:
-        empty = torch.zeros(0, dtype=torch.int64, device=preds.device)
-        return Counts(empty, empty.clone(), preds.new_zeros(0) if with_scores else None)
-    packed = _packed_keys(preds, target)
-    if packed is not None:
-        key, order = packed
-        positives = key.bitwise_and(1).to(torch.int64)  # int64 counts, whatever the key width
-        positives.cumsum_(0)
-        key.bitwise_right_shift_(1)
-        ends = _run_ends(key)
-        del key
-        scores = preds[order[ends]] if with_scores else None
-        del order
-    else:
-        sorted_scores, order = torch.sort(preds)
-        positives = target[order].to(torch.int64)
-        del order
-        positives.cumsum_(0)
-        ends = _run_ends(sorted_scores)
-        scores = sorted_scores[ends] if with_scores else None
-        del sorted_scores
-    pos_le = positives[ends]
-    del positives
-    return Counts(pos_le, ends + 1, scores)
+    if preds.numel() == 0:
+        return _empty_counts(preds.device, preds.new_zeros(0) if with_scores else None)
+    if packable(preds.dtype):
+        keys = sort_keys_(encode(preds, target))
+        return _counts_of_keys(keys, preds.dtype, with_scores, in_place=True)
+    sorted_scores, order = torch.sort(preds)
+    positives = target[order].to(torch.int64)
+    del order
+    positives.cumsum_(0)
+    ends = _run_ends(sorted_scores)
+    scores = sorted_scores[ends] if with_scores else None
+    del sorted_scores
+    return Counts(positives[ends], ends + 1, scores)
+
+
+def materialize(col: Column, with_scores: bool) -> Counts:
+    """The :class:`Counts` of a column (the keys of a :class:`SortedKeys` are left intact)."""
+    if isinstance(col, Counts):
+        return col
+    if col.keys.numel() == 0:
+        return _empty_counts(col.keys.device, torch.zeros(0, dtype=col.dtype) if with_scores else None)
+    return _counts_of_keys(col.keys, col.dtype, with_scores, in_place=False)
+
+
+def column_device(col: Column) -> torch.device:
+    """Device of a column's tensors."""
+    return col.pos_le.device if isinstance(col, Counts) else col.keys.device
+
+
+def size(col: Column) -> tuple[int, int]:
+    """``(positives, samples)`` of a column."""
+    if isinstance(col, Counts):
+        if col.pos_le.numel() == 0:
+            return 0, 0
+        return int(col.pos_le[-1]), int(col.all_le[-1])
+    return col.n_pos, col.keys.numel()
+
+
+def chunks(col: Column) -> Iterator[tuple[int, int, Counts | Tensor]]:
+    """``(positives before, samples before, chunk)`` of consecutive chunks of a column.
+
+    A chunk holds about :data:`CHUNK` samples and ends at the end of a run of equal scores; the partition depends
+    only on the sorted multiset, and is the same for :class:`Counts` and :class:`SortedKeys` of the same data. A
+    chunk is a slice of the sorted keys, or :class:`Counts` relative to the chunk's start (no scores).
+    """
+    if isinstance(col, Counts):
+        n = int(col.all_le[-1]) if col.all_le.numel() else 0
+        g0, a, p = 0, 0, 0
+        while a < n:
+            g1 = col.all_le.numel() if a + CHUNK >= n else int(torch.searchsorted(col.all_le, a + CHUNK)) + 1
+            yield p, a, Counts(col.pos_le[g0:g1] - p, col.all_le[g0:g1] - a, None)
+            g0, a, p = g1, int(col.all_le[g1 - 1]), int(col.pos_le[g1 - 1])
+        return
+    keys = col.keys
+    n = keys.numel()
+    a, p = 0, 0
+    while a < n:
+        b = min(a + CHUNK, n)
+        if b < n:
+            b = int(torch.searchsorted(keys, keys[b - 1 : b].bitwise_or(1), right=True))
+        chunk = keys[a:b]
+        yield p, a, chunk
+        if b < n:
+            p += int(chunk.bitwise_and(1).sum())
+        a = b
+
+
+def local_counts(chunk: Tensor) -> Counts:
+    """Counts of a chunk of sorted keys, relative to its start (no scores)."""
+    return _counts_of_keys(chunk, torch.float32, with_scores=False, in_place=False)

@@ -18,7 +18,7 @@ from torch import Tensor
 from torchmetrics_varlen._checks import validate_binary_tensors
 from torchmetrics_varlen.functional._hist import BINS, counts_from_histogram, histogram
 from torchmetrics_varlen.functional._ranking import _binned_confmat, _format_binary
-from torchmetrics_varlen.functional._sort import Counts, ascending_counts
+from torchmetrics_varlen.functional._sort import Column, ascending_counts, column, packable
 
 Task = Literal["binary", "multiclass", "multilabel"]
 Average = Literal["micro", "macro", "weighted", "none"] | None
@@ -243,16 +243,28 @@ def histogram_state(preds: Tensor, target: Tensor, task: str, dtype: torch.dtype
     return torch.stack([histogram(s, p, dtype) for s, p in columns(preds, target, task)])
 
 
-def exact_columns(preds: Tensor, target: Tensor, task: str, average: Average, with_scores: bool) -> list[Counts]:
-    """Counts per distinct score of every binary problem of ``task`` (one for binary and multilabel-micro)."""
+def _exact(preds: Tensor, target: Tensor, with_scores: bool) -> Column:
+    return column(preds, target) if packable(preds.dtype) else ascending_counts(preds, target, with_scores)
+
+
+def binary_problems(preds: Tensor, target: Tensor, task: str, average: Average) -> list[tuple[Tensor, Tensor]]:
+    """``(scores, positives)`` of every binary problem of ``task`` (one for binary and multilabel-micro)."""
     if task == "binary":
-        return [ascending_counts(preds, target, with_scores)]
+        return [(preds, target)]
     if task == "multilabel" and average == "micro":
-        return [ascending_counts(*micro(preds, target), with_scores)]
-    return [ascending_counts(s, p, with_scores) for s, p in columns(preds, target, task)]
+        return [micro(preds, target)]
+    return columns(preds, target, task)
 
 
-def histogram_columns(hist: Tensor, dtype: torch.dtype, task: str, average: Average, with_scores: bool) -> list[Counts]:
+def exact_columns(preds: Tensor, target: Tensor, task: str, average: Average, with_scores: bool) -> list[Column]:
+    """Every binary problem of ``task`` (one for binary and multilabel-micro), sorted (see ``_sort``).
+
+    ``with_scores`` only matters for float64 scores (16/32-bit thresholds are decoded from the keys on demand).
+    """
+    return [_exact(s, p, with_scores) for s, p in binary_problems(preds, target, task, average)]
+
+
+def histogram_columns(hist: Tensor, dtype: torch.dtype, task: str, average: Average, with_scores: bool) -> list[Column]:
     """As :func:`exact_columns`, from 16-bit histograms."""
     if task == "binary":
         return [counts_from_histogram(hist, dtype, with_scores)]

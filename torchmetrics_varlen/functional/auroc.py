@@ -6,8 +6,8 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._checks import Thresholds, histogram_dtype, threshold_tensor, validate_ranking_args
-from torchmetrics_varlen.functional._ranking import _binned_auroc, auroc_from_counts, totals
-from torchmetrics_varlen.functional._sort import Counts
+from torchmetrics_varlen.functional._ranking import RankSums, _binned_auroc, auroc_from_sums, auroc_of, rank_sums
+from torchmetrics_varlen.functional._sort import Column, column_device
 from torchmetrics_varlen.functional._tasks import (
     Average,
     binned_state,
@@ -39,16 +39,25 @@ def _validate_args(
         raise ValueError(msg)
 
 
-def _from_columns(cols: list[Counts], task: str, average: Average, max_fpr: float | None) -> Tensor:
+def _from_columns(cols: list[Column], task: str, average: Average, max_fpr: float | None) -> Tensor:
     """AUROC of each binary problem, reduced by ``average``."""
+    if max_fpr is not None and max_fpr != 1:
+        return auroc_of(cols[0], max_fpr)
+    device = column_device(cols[0]) if cols else torch.device("cpu")
+    return _from_sums([rank_sums(col, ap=False) for col in cols], task, average, device)
+
+
+def _from_sums(sums: list[RankSums], task: str, average: Average, device: torch.device) -> Tensor:
+    """AUROC of each binary problem from its :class:`RankSums`, reduced by ``average``."""
     if single(task, average):
-        return auroc_from_counts(cols[0], max_fpr)
+        return auroc_from_sums(sums[0], device)
     values, support = [], []
-    for counts in cols:
-        n_pos, n_neg = totals(counts)
-        support.append(n_pos)
-        values.append(float(auroc_from_counts(counts, warn=False)) if n_pos and n_neg else float("nan"))
-    return reduce_columns(torch.tensor(values, dtype=torch.float64), torch.tensor(support), average, "AUROC")
+    for s in sums:
+        support.append(s.n_pos)
+        defined = s.n_pos and s.n_all - s.n_pos
+        values.append(float(auroc_from_sums(s, device, warn=False)) if defined else float("nan"))
+    values_t = torch.tensor(values, dtype=torch.float64, device=device)
+    return reduce_columns(values_t, torch.tensor(support, device=device), average, "AUROC")
 
 
 def _compute(preds: Tensor, target: Tensor, task: str, average: Average, max_fpr: float | None) -> Tensor:

@@ -6,8 +6,13 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._checks import Thresholds, histogram_dtype, threshold_tensor, validate_ranking_args
-from torchmetrics_varlen.functional._ranking import _binned_average_precision, average_precision_from_counts, totals
-from torchmetrics_varlen.functional._sort import Counts
+from torchmetrics_varlen.functional._ranking import (
+    RankSums,
+    _binned_average_precision,
+    average_precision_from_sums,
+    rank_sums,
+)
+from torchmetrics_varlen.functional._sort import Column, column_device
 from torchmetrics_varlen.functional._tasks import (
     Average,
     binned_state,
@@ -35,18 +40,22 @@ def _validate_args(
     validate_ranking_args(thresholds=thresholds, ignore_index=ignore_index)
 
 
-def _from_columns(cols: list[Counts], task: str, average: Average) -> Tensor:
+def _from_columns(cols: list[Column], task: str, average: Average) -> Tensor:
     """Average precision of each binary problem, reduced by ``average``."""
+    device = column_device(cols[0]) if cols else torch.device("cpu")
+    return _from_sums([rank_sums(col, area=False) for col in cols], task, average, device)
+
+
+def _from_sums(sums: list[RankSums], task: str, average: Average, device: torch.device) -> Tensor:
+    """Average precision of each binary problem from its :class:`RankSums`, reduced by ``average``."""
     if single(task, average):
-        return average_precision_from_counts(cols[0])
+        return average_precision_from_sums(sums[0], device)
     values, support = [], []
-    for counts in cols:
-        n_pos, _ = totals(counts)
-        support.append(n_pos)
-        values.append(float(average_precision_from_counts(counts, warn=False)) if n_pos else float("nan"))
-    return reduce_columns(
-        torch.tensor(values, dtype=torch.float64), torch.tensor(support), average, "Average precision"
-    )
+    for s in sums:
+        support.append(s.n_pos)
+        values.append(float(average_precision_from_sums(s, device, warn=False)) if s.n_pos else float("nan"))
+    values_t = torch.tensor(values, dtype=torch.float64, device=device)
+    return reduce_columns(values_t, torch.tensor(support, device=device), average, "Average precision")
 
 
 def _compute(preds: Tensor, target: Tensor, task: str, average: Average) -> Tensor:

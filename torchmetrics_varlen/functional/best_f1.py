@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen.functional._ranking import descending
-from torchmetrics_varlen.functional._sort import Counts
+from torchmetrics_varlen.functional._sort import Column, Counts, materialize
 from torchmetrics_varlen.functional._tasks import (
     exact_columns,
     format_inputs,
@@ -31,10 +31,10 @@ def _binary_best_f1(counts: Counts) -> tuple[Tensor, Tensor]:
     return f1[best], thresholds[best].double()
 
 
-def _from_columns(cols: list[Counts], task: str) -> tuple[Tensor, Tensor]:
+def _from_columns(cols: list[Column], task: str) -> tuple[Tensor, Tensor]:
     if task == "binary":
-        return _binary_best_f1(cols[0])
-    pairs = [_binary_best_f1(counts) for counts in cols]
+        return _binary_best_f1(materialize(cols[0], with_scores=True))
+    pairs = [_binary_best_f1(materialize(col, with_scores=True)) for col in cols]
     return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
 
 

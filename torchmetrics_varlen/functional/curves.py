@@ -9,7 +9,7 @@ from torch import Tensor
 
 from torchmetrics_varlen._checks import Thresholds, histogram_dtype, threshold_tensor, validate_ranking_args
 from torchmetrics_varlen.functional._ranking import _NO_POSITIVES_PR, _roc_from_counts, _safe_ratio, descending
-from torchmetrics_varlen.functional._sort import Counts
+from torchmetrics_varlen.functional._sort import Column, Counts, materialize
 from torchmetrics_varlen.functional._tasks import (
     binned_state,
     exact_columns,
@@ -62,11 +62,11 @@ def _binned_pr(confmat: Tensor, thresholds: Tensor) -> tuple[Tensor, Tensor, Ten
     return precision, recall, thresholds
 
 
-def _from_columns(kind: str, cols: list[Counts], task: str) -> Curve:
+def _from_columns(kind: str, cols: list[Column], task: str) -> Curve:
     one = _binary_roc if kind == "roc" else _binary_pr
     if task == "binary":
-        return one(cols[0])
-    parts = [one(counts) for counts in cols]
+        return one(materialize(cols[0], with_scores=True))
+    parts = [one(materialize(col, with_scores=True)) for col in cols]
     return [p[0] for p in parts], [p[1] for p in parts], [p[2] for p in parts]
 
 
