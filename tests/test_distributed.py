@@ -217,13 +217,15 @@ def test_gather_varlen_promotes_half_precision(pool: DistPool) -> None:
 
 
 @pytest.mark.parametrize("world", [2, 4])
-def test_one_collective_per_sync_whatever_the_number_of_states(pool: DistPool, world: int) -> None:
-    """One sync is one collective for 1, 2 or 6 states; torchmetrics' own sync needs several per state."""
+def test_collectives_per_sync_do_not_depend_on_the_number_of_states(pool: DistPool, world: int) -> None:
+    """On gloo a sync is one broadcast per rank (every rank has rows here), for 1 or 6 states alike; the summed
+    modes are one all-reduce. torchmetrics' own sync needs several collectives per state.
+    """
     for n_states in (1, 6):
         counts = pool.values(case_count, world, n_states)
         for c in counts:
-            assert c["ours_exact"] == 1
+            assert c["ours_exact"] == world
             assert c["ours_binned"] == 1
             assert c["ours_16bit"] == 1  # one fixed-size all-reduce of the histograms
-            assert c["states"] == 1
+            assert c["states"] == world
             assert c["torchmetrics"] >= 4  # two list states, each at least a shape gather plus a data gather

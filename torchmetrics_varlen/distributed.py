@@ -67,4 +67,6 @@ def gather_varlen(tensor: Tensor, group: Any | None = None, *, sync_timeout: flo
         fix=_FIX_GATHER,
         device=tensor.device,
     )
-    return result.cat["tensor"]
+    gathered = result.cat["tensor"]
+    assert isinstance(gathered, Tensor)
+    return gathered

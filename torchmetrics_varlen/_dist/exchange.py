@@ -1,9 +1,11 @@
-"""One guarded sync: a metadata check-in, then a single data exchange for any number of states.
+"""One guarded sync: a metadata check-in, then one data exchange for any number of states.
 
 Concatenated ("cat") states of every rank are packed into one byte buffer per rank (each state 8-byte aligned,
-floats promoted to the dtype common to all ranks) and moved with one all-gather; summed states are moved with one
-all-reduce. Ranks with no rows take part with an empty buffer. Nothing is pickled: only raw tensor bytes travel, on
-the communication device of the group (CUDA for NCCL, the tensors' own device otherwise).
+floats promoted to the dtype common to all ranks) and moved together: on gloo one broadcast per rank that has rows,
+all in flight at once, each rank packing straight into its own slot of the receive buffer; on NCCL one uneven
+all-gather; to one rank (``dst``) one gather. Summed states are moved with one all-reduce. The number of collectives
+never depends on the number of states. Nothing is pickled: only raw tensor bytes travel, on the communication
+device of the group (CUDA for NCCL, the tensors' own device otherwise).
 """
 
 from __future__ import annotations
@@ -25,9 +27,13 @@ _ALIGN = 8
 
 @dataclass(frozen=True)
 class Gathered:
-    """What one sync returns: the combined states and how many rows each rank sent (per cat state)."""
+    """What one sync returns: the combined states and how many rows each rank sent (per cat state).
 
-    cat: dict[str, Tensor]
+    ``cat`` holds one tensor per cat state, or, with ``concat=False``, one list of per-rank pieces (views of the
+    received buffer, no copy; ranks without rows left out, at least one piece).
+    """
+
+    cat: dict[str, Tensor | list[Tensor]]
     summed: dict[str, Tensor]
     rows_per_rank: dict[str, list[int]]
     info: list[dict[str, Any]]
@@ -90,6 +96,7 @@ def sync_states(
     info: dict[str, Any] | None = None,
     unset_ok: dict[str, Any] | None = None,
     dst: int | None = None,
+    concat: bool = True,
 ) -> Gathered:
     """Check in, verify that all ranks agree, and exchange every state in one collective per state kind.
 
@@ -100,7 +107,7 @@ def sync_states(
     ``info`` (small JSON values, e.g. per-rank counters) travels with the check-in and comes back per rank;
     ``unset_ok`` values must agree across the ranks where they are not ``None``. With ``dst`` (a rank of the
     group) only that rank receives the cat states; the others get them with zero rows and never hold more than
-    their own share.
+    their own share. ``concat=False`` returns the cat states as per-rank pieces (see :class:`Gathered`).
     """
     checked = check_in_states(
         cat, summed, config=config, group=group, timeout=timeout, what=what, fix=fix, info=info, unset_ok=unset_ok
@@ -111,8 +118,12 @@ def sync_states(
     rows = {name: [r["cat"][name][2] for r in records] for name in cat}
     gathered = _gather_packed(cat, layouts, rows, rank, world, global_ranks, group, comm, timeout, what, dst)
     reduced = _reduce_summed(summed, group, comm, timeout, what)
+    moved: dict[str, Tensor | list[Tensor]] = {
+        k: [p.to(device) for p in v] if not concat else v[0].to(device) if len(v) == 1 else torch.cat(v).to(device)
+        for k, v in gathered.items()
+    }
     return Gathered(
-        cat={k: v.to(device) for k, v in gathered.items()},
+        cat=moved,
         summed={k: v.to(device) for k, v in reduced.items()},
         rows_per_rank=rows,
         info=[r["info"] for r in records],
@@ -192,8 +203,8 @@ def _nbytes(rows: int, trailing: list[int], dtype: torch.dtype) -> int:
 
 def _empty_states(
     names: list[str], layouts: dict[str, tuple[torch.dtype, list[int]]], device: torch.device
-) -> dict[str, Tensor]:
-    return {n: torch.empty((0, *layouts[n][1]), dtype=layouts[n][0], device=device) for n in names}
+) -> dict[str, list[Tensor]]:
+    return {n: [torch.empty((0, *layouts[n][1]), dtype=layouts[n][0], device=device)] for n in names}
 
 
 def _gather_packed(
@@ -208,7 +219,8 @@ def _gather_packed(
     timeout: float | None,
     what: str,
     dst: int | None = None,
-) -> dict[str, Tensor]:
+) -> dict[str, list[Tensor]]:
+    """Every rank's rows of every cat state, as per-rank pieces (views of the received buffer)."""
     names = sorted(cat)
     sizes = [sum(_nbytes(rows[n][r], layouts[n][1], layouts[n][0]) for n in names) for r in range(world)]
     total = sum(sizes)
@@ -216,18 +228,22 @@ def _gather_packed(
         return _empty_states(names, layouts, comm)
     widest = -(-max(sizes) // _ALIGN) * _ALIGN
     nccl = "nccl" in str(dist.get_backend(group)).lower()
-    padded = dst is not None or (not nccl and world * widest <= 2 * total + (1 << 20))
+    if dst is None and not nccl:
+        # gloo: every rank packs its rows straight into its own slot of the receive buffer, then every rank with
+        # rows broadcasts its slot, all in flight together. Unlike gloo's all-gather (which needs equal sizes and
+        # stages the result in a second full-size buffer) this moves uneven shards without padding or extra copy.
+        out = torch.empty(total, dtype=torch.uint8, device=comm)
+        parts = [out[sum(sizes[:r]) : sum(sizes[: r + 1])] for r in range(world)]
+        _pack(cat, names, layouts, {n: rows[n][rank] for n in names}, parts[rank])
+        works = [
+            dist.broadcast(parts[r], src=global_ranks[r], group=group, async_op=True) for r in range(world) if sizes[r]
+        ]
+        for work in works:
+            wait(work, timeout, what)
+        return _unpack(parts, names, layouts, rows)
     # Uninitialised on purpose: padding and alignment bytes are never read back.
-    local = torch.empty(widest if padded else sizes[rank], dtype=torch.uint8, device=comm)
-    offset = 0
-    for n in names:
-        start = offset
-        for piece in cat[n]:
-            flat = piece.to(device=comm, dtype=layouts[n][0]).reshape(-1)
-            nbytes = flat.numel() * flat.element_size()
-            local[start : start + nbytes].copy_(flat.view(torch.uint8))
-            start += nbytes
-        offset += _nbytes(rows[n][rank], layouts[n][1], layouts[n][0])
+    local = torch.empty(widest if dst is not None else sizes[rank], dtype=torch.uint8, device=comm)
+    _pack(cat, names, layouts, {n: rows[n][rank] for n in names}, local)
     if dst is not None:
         # Gather to one rank: only it allocates the combined buffer.
         out = torch.empty(world * widest if rank == dst else 0, dtype=torch.uint8, device=comm)
@@ -236,33 +252,36 @@ def _gather_packed(
         if rank != dst:
             return _empty_states(names, layouts, comm)
         parts = [out[r * widest : r * widest + sizes[r]] for r in range(world)]
-    elif padded:
-        # Gloo has no uneven all-gather: pad to the widest rank when that wastes little.
-        out = torch.empty(world * widest, dtype=torch.uint8, device=comm)
-        gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in 2.13
-        wait(gather_single(out, local, group=group, async_op=True), timeout, what)
-        parts = [out[r * widest : r * widest + sizes[r]] for r in range(world)]
     else:
+        # NCCL: one uneven all-gather.
         out = torch.empty(total, dtype=torch.uint8, device=comm)
         parts = [out[sum(sizes[:r]) : sum(sizes[: r + 1])] for r in range(world)]
-        if nccl:
-            wait(dist.all_gather(parts, local, group=group, async_op=True), timeout, what)
-        else:
-            # Very uneven shards on gloo: one broadcast per non-empty rank, all in flight together.
-            works = []
-            for r in range(world):
-                if sizes[r]:
-                    buf = local if r == rank else parts[r]
-                    works.append(dist.broadcast(buf, src=global_ranks[r], group=group, async_op=True))
-            for work in works:
-                wait(work, timeout, what)
-            parts[rank] = local
+        wait(dist.all_gather(parts, local, group=group, async_op=True), timeout, what)
     return _unpack(parts, names, layouts, rows)
+
+
+def _pack(
+    cat: dict[str, list[Tensor]],
+    names: list[str],
+    layouts: dict[str, tuple[torch.dtype, list[int]]],
+    rows: dict[str, int],
+    buf: Tensor,
+) -> None:
+    """Copy this rank's stored batches of every state, in name order and 8-byte aligned, into the byte buffer."""
+    offset = 0
+    for n in names:
+        start = offset
+        for piece in cat[n]:
+            flat = piece.to(device=buf.device, dtype=layouts[n][0]).reshape(-1)
+            nbytes = flat.numel() * flat.element_size()
+            buf[start : start + nbytes].copy_(flat.view(torch.uint8))
+            start += nbytes
+        offset += _nbytes(rows[n], layouts[n][1], layouts[n][0])
 
 
 def _unpack(
     parts: list[Tensor], names: list[str], layouts: dict[str, tuple[torch.dtype, list[int]]], rows: dict[str, list[int]]
-) -> dict[str, Tensor]:
+) -> dict[str, list[Tensor]]:
     pieces: dict[str, list[Tensor]] = {n: [] for n in names}
     for r, part in enumerate(parts):
         offset = 0
@@ -270,9 +289,10 @@ def _unpack(
             dtype, trailing = layouts[n]
             count = rows[n][r] * math.prod(trailing)
             chunk = part[offset : offset + count * dtype.itemsize]
-            pieces[n].append(chunk.view(dtype).reshape(rows[n][r], *trailing))
+            if rows[n][r] or (r == len(parts) - 1 and not pieces[n]):
+                pieces[n].append(chunk.view(dtype).reshape(rows[n][r], *trailing))
             offset += _nbytes(rows[n][r], trailing, dtype)
-    return {n: torch.cat(pieces[n]) for n in names}
+    return pieces
 
 
 def _reduce_summed(

@@ -29,7 +29,7 @@ from torchmetrics_varlen._dist.shard import Shard, route_rows_by_id, sharded_sum
 from torchmetrics_varlen.classification._sync import _COUNTERS, _SHARED_SYNCS, _SyncedMetric
 from torchmetrics_varlen.distributed import distributed_available
 from torchmetrics_varlen.functional._ranking import RankSums
-from torchmetrics_varlen.functional._sort import Column
+from torchmetrics_varlen.functional._sort import Column, packable, sorted_keys
 from torchmetrics_varlen.functional._tasks import (
     Average,
     binary_problems,
@@ -195,9 +195,14 @@ class _VarlenMetric(_SyncedMetric):
         """``"ids"`` or ``"none"`` once the first batch decided it; ``None`` before any batch."""
         if self._summed is not None:
             return "none" if self._update_count else None
-        ids, preds = self.ids, self.preds
-        has_ids = ids.numel() > 0 if isinstance(ids, Tensor) else bool(ids)
-        has_preds = preds.numel() > 0 if isinstance(preds, Tensor) else bool(preds)
+
+        def rows(state: list[Tensor] | Tensor) -> bool:
+            if isinstance(state, Tensor):
+                return state.numel() > 0
+            # Before a sync a stored batch counts even when it is empty; synced states are per-rank pieces.
+            return any(p.numel() for p in state) if self._is_synced else bool(state)
+
+        has_ids, has_preds = rows(self.ids), rows(self.preds)
         return "ids" if has_ids else ("none" if has_preds else None)
 
     def _group_position(self) -> tuple[int, int]:
@@ -349,6 +354,12 @@ class _VarlenMetric(_SyncedMetric):
         """Every binary problem, in exact or 16-bit mode (not binned)."""
         if self._hist_dtype is not None:
             return histogram_columns(self._evaluated_summed(), self._hist_dtype, self.task, self.average, with_scores)
+        preds = self._pieces("preds")
+        one_dtype = len({p.dtype for p in preds}) == 1 and packable(preds[0].dtype)
+        if self.task == "binary" and one_dtype and self._dedup_mode() != "ids":
+            # The stored batches (or the per-rank pieces of a sync) are encoded straight into one key buffer.
+            self._report(None)
+            return [sorted_keys(preds, self._pieces("target"))]
         rows = self._evaluated()
         return exact_columns(rows["preds"], rows["target"], self.task, self.average, with_scores)
 

@@ -173,6 +173,7 @@ class _SyncedMetric(Metric):
             info={**self._local_info(), "num_samples": int(self.num_samples)},
             unset_ok={"dedup": self._dedup_mode()},
             dst=self.compute_on_rank if self._summed is None else None,
+            concat=False,
         )
         _SHARED_SYNCS[key] = (objs, lengths, result)
         return result

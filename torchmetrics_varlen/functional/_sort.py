@@ -12,7 +12,7 @@ Scalar statistics (AUROC, AP) then stream over the sorted keys in chunks that ne
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 import torch
@@ -26,7 +26,7 @@ _KEYS = {
 
 # Samples per chunk when streaming (a chunk grows to the end of the run of equal scores it stops in). The chunking
 # is a function of the sorted multiset only, so streamed sums are reproducible bit for bit.
-CHUNK = 1 << 18
+CHUNK = 1 << 16
 
 
 class Counts(NamedTuple):
@@ -65,26 +65,32 @@ def packable(dtype: torch.dtype) -> bool:
     return dtype in _KEYS
 
 
-def encode(preds: Tensor, target: Tensor) -> Tensor:
+def encode(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor]) -> Tensor:
     """Unsorted keys ``2 * code + label`` (``code`` increases with the score; ``-0.0`` and ``+0.0`` share one).
 
-    Built chunk by chunk: the only allocation of size N is the result.
+    ``preds`` / ``target`` may be lists of pieces (stored batches, per-rank parts of a sync) of one dtype: they are
+    encoded into one buffer without concatenating them first. Built chunk by chunk: the only allocation of size N
+    is the result.
     """
-    as_int, wide, half = _KEYS[preds.dtype]
-    n = preds.numel()
-    keys = torch.empty(n, dtype=wide, device=preds.device)
-    preds, target = preds.reshape(-1), target.reshape(-1)
-    for a in range(0, n, CHUNK):
-        b = min(a + CHUNK, n)
-        key = preds[a:b].contiguous().view(as_int).to(wide)
-        nonneg = key >= 0
-        # Sign-magnitude float bits -> an increasing integer: |b| for negative floats (and -0.0, which lands on the
-        # key of +0.0), |b| + 2^(bits-1) for positive ones. Then shift the label into bit 0.
-        key.abs_()
-        key.add_(nonneg.to(wide), alpha=half)
-        key.bitwise_left_shift_(1)
-        key.bitwise_or_(target[a:b].to(wide))
-        keys[a:b] = key
+    pieces = [preds] if isinstance(preds, Tensor) else list(preds)
+    labels = [target] if isinstance(target, Tensor) else list(target)
+    as_int, wide, half = _KEYS[pieces[0].dtype]
+    keys = torch.empty(sum(p.numel() for p in pieces), dtype=wide, device=pieces[0].device)
+    offset = 0
+    for scores, label in zip(pieces, labels, strict=True):
+        scores, label = scores.reshape(-1), label.reshape(-1)
+        for a in range(0, scores.numel(), CHUNK):
+            b = min(a + CHUNK, scores.numel())
+            key = scores[a:b].contiguous().view(as_int).to(device=keys.device, dtype=wide)
+            nonneg = key >= 0
+            # Sign-magnitude float bits -> an increasing integer: |b| for negative floats (and -0.0, which lands on
+            # the key of +0.0), |b| + 2^(bits-1) for positive ones. Then shift the label into bit 0.
+            key.abs_()
+            key.add_(nonneg.to(wide), alpha=half)
+            key.bitwise_left_shift_(1)
+            key.bitwise_or_(label[a:b].to(device=keys.device, dtype=wide))
+            keys[offset + a : offset + b] = key
+        offset += scores.numel()
     return keys
 
 
@@ -106,9 +112,12 @@ def sort_keys_(keys: Tensor, runs: bool = False) -> Tensor:
     return torch.sort(keys).values
 
 
-def sorted_keys(preds: Tensor, target: Tensor) -> SortedKeys:
-    """Sorted packed keys of 16/32-bit scores ``preds`` and labels ``target`` (bool / 0-1)."""
-    return SortedKeys(sort_keys_(encode(preds, target)), preds.dtype, int(target.sum()))
+def sorted_keys(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor]) -> SortedKeys:
+    """Sorted packed keys of 16/32-bit scores ``preds`` and labels ``target`` (bool / 0-1), or lists of pieces."""
+    pieces = [target] if isinstance(target, Tensor) else list(target)
+    n_pos = sum(int(t.sum()) for t in pieces)
+    dtype = preds.dtype if isinstance(preds, Tensor) else preds[0].dtype
+    return SortedKeys(sort_keys_(encode(preds, target)), dtype, n_pos)
 
 
 def column(preds: Tensor, target: Tensor) -> Column:
