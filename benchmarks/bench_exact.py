@@ -1,7 +1,9 @@
 """Exact AUROC / AP on one process: this package vs torchmetrics, scikit-learn and a bare torch.sort.
 
 Every variant runs on the same data in the same session; times are medians, memory is the peak RSS above the
-inputs, measured in a fresh subprocess per (variant, N) so allocator caches do not leak between them.
+inputs during the first call at that N, measured in a fresh subprocess per (variant, N) (after a warm-up call on
+1,000 samples) so allocator caches do not hide or leak allocations. The scores are probabilities in [0, 1], as
+after a sigmoid; "varlen auroc (logits)" ranks the same data as logits (negative scores need 8-byte sort keys).
 
     python benchmarks/bench_exact.py --sizes 100000,1000000,10000000 --repeats 5
 """
@@ -19,6 +21,7 @@ VARIANTS = [
     "torch.sort",
     "varlen auroc",
     "varlen ap",
+    "varlen auroc (logits)",
     "VarlenAUROC update+compute",
     "varlen auroc bf16 (histogram)",
     "torchmetrics auroc",
@@ -45,6 +48,11 @@ def _variant(name: str, preds: Any, target: Any) -> Any:
         from torchmetrics_varlen.functional import auroc
 
         return lambda: auroc(preds, target, validate_args=False)
+    if name == "varlen auroc (logits)":
+        from torchmetrics_varlen.functional import auroc
+
+        logits = torch.logit(preds.clamp(1e-6, 1 - 1e-6))  # negative scores: the wide (8-byte) keys
+        return lambda: auroc(logits, target, validate_args=False)
     if name == "varlen ap":
         from torchmetrics_varlen.functional import average_precision
 
@@ -67,6 +75,10 @@ def _variant(name: str, preds: Any, target: Any) -> Any:
             return metric.compute()
 
         return run16
+    return _competitor(name, preds, target)
+
+
+def _competitor(name: str, preds: Any, target: Any) -> Any:
     if name == "torchmetrics auroc":
         from torchmetrics.functional.classification import binary_auroc
 
@@ -94,9 +106,10 @@ def one(name: str, n: int, repeats: int) -> dict[str, Any]:
     import torch
     from _measure import PeakRSS, median_time
 
+    small = _data(1000)
+    _variant(name, *small)()  # imports and lazy initialisation, on small data: the allocator has no N-sized blocks yet
     preds, target = _data(n)
     fn = _variant(name, preds, target)
-    fn()  # warm-up, imports
     with PeakRSS() as mem:
         fn()
     seconds = median_time(fn, repeats)

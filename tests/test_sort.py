@@ -22,24 +22,52 @@ def _data(n: int, seed: int, levels: int | None, dtype: torch.dtype) -> tuple[to
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_decode_inverts_encode_for_every_sign_and_zero(dtype: torch.dtype) -> None:
-    values = torch.tensor([-3.5, -1.0, -1e-3, -0.0, 0.0, 1e-3, 0.5, 2.0, 65000.0], dtype=dtype)
-    target = torch.tensor([0, 1, 0, 1, 0, 1, 0, 1, 0])
-    keys = _sort.encode(values, target)
+@pytest.mark.parametrize("compact", [False, True])
+def test_decode_inverts_encode_for_every_sign_and_zero(dtype: torch.dtype, compact: bool) -> None:
+    values = [-3.5, -1.0, -1e-3, -0.0, 0.0, 1e-3, 0.5, 1.0, 1.99, 2.0, 65000.0]
+    if compact:  # compact keys hold scores in [0, 2) only (-0.0 included)
+        values = [v for v in values if 0 <= v < 2]
+    scores = torch.tensor(values, dtype=dtype)
+    target = torch.arange(len(values)) % 2
+    assert _sort.fits_compact(scores) == compact
+    keys = _sort.encode(scores, target)
+    assert keys.element_size() == scores.element_size() * (1 if compact else 2)
     assert torch.equal(keys & 1, target.to(keys.dtype))
-    decoded = _sort.decode(keys >> 1, dtype)
-    assert torch.equal(decoded, values)  # -0.0 == +0.0: both decode to +0.0
+    decoded = _sort.decode(keys >> 1, dtype, compact)
+    assert torch.equal(decoded, scores)  # -0.0 == +0.0: both decode to +0.0
     assert bool((torch.diff(keys >> 1) >= 0).all())  # increasing with the score
-    assert int(keys[3] >> 1) == int(keys[4] >> 1)  # signed zeros share one code
+    zeros = [i for i, v in enumerate(values) if v == 0]
+    assert int(keys[zeros[0]] >> 1) == int(keys[zeros[1]] >> 1)  # signed zeros share one code
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_compact_and_wide_keys_give_the_same_bits(dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(9)
+    target = torch.randint(0, 2, (3000,), generator=gen)
+    probs = (torch.rand(3000, generator=gen) * 0.7 + 0.3 * target).to(dtype)
+    compact = _sort.column(probs, target.bool())
+    assert isinstance(compact, _sort.SortedKeys)
+    assert compact.compact
+    wide_keys = _sort.sort_keys_(_sort.encode(probs, target.bool(), compact=False))
+    wide = _sort.SortedKeys(wide_keys, dtype, int(target.sum()), False)
+    assert rank_sums(compact) == rank_sums(wide)
+    torch.testing.assert_close(_sort.materialize(compact, True), _sort.materialize(wide, True), atol=0, rtol=0)
+    assert float(auroc(probs, target)) == pytest.approx(roc_auc_score(target, probs.double()), abs=1e-12)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("n", "levels", "chunk"), [(1, None, 1), (50, 2, 1), (997, 3, 7), (3000, None, 64)])
+@pytest.mark.parametrize("probabilities", [False, True])
 def test_streamed_sums_match_sklearn_for_any_chunk_size(
-    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, n: int, levels: int | None, chunk: int
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, n: int, levels: int | None, chunk: int, probabilities: bool
 ) -> None:
-    """Chunks far smaller than the data (and ones that must grow over long runs of ties) give exact values."""
+    """Chunks far smaller than the data (and ones that must grow over long runs of ties) give exact values, with
+    wide keys (logits) and compact keys (probabilities).
+    """
     preds, target = _data(n, 7, levels, dtype)
+    if probabilities:
+        preds = preds.float().sigmoid().to(dtype)
+    assert _sort.fits_compact(preds) == (probabilities or n == 1)  # one standard normal sample may fit too
     target[0] = 1 - target[1] if n > 1 else target[0]
     monkeypatch.setattr(_sort, "CHUNK", chunk)
     reference = preds.double().numpy()

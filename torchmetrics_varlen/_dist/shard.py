@@ -32,6 +32,7 @@ from torchmetrics_varlen.functional._sort import (
     Column,
     SortedKeys,
     ascending_counts,
+    count_positives,
     decode,
     encode,
     packable,
@@ -60,11 +61,12 @@ class Shard:
 
     def all_to_all(self, send: Tensor, send_rows: list[int], recv_rows: list[int]) -> Tensor:
         """Rows ``send_rows[r]`` of ``send`` (in order) go to rank ``r``; returns what every rank sent here."""
-        row = math.prod(send.shape[1:])
+        # Moved as raw bytes: gloo has no int16 (compact keys of 16-bit scores), and bytes are bytes.
+        row = math.prod(send.shape[1:]) * send.element_size()
         recv = torch.empty((sum(recv_rows), *send.shape[1:]), dtype=send.dtype, device=send.device)
         work = dist.all_to_all_single(
-            recv.view(-1),
-            send.contiguous().view(-1),
+            recv.view(-1).view(torch.uint8),
+            send.contiguous().view(-1).view(torch.uint8),
             output_split_sizes=[n * row for n in recv_rows],
             input_split_sizes=[n * row for n in send_rows],
             group=self.group,
@@ -122,10 +124,14 @@ def _positives_per_slice(labels: Tensor, edges: list[int]) -> list[int]:
     return [int(labels[a:b].sum()) for a, b in zip(edges[:-1], edges[1:], strict=True)]
 
 
-def sharded_sums(shard: Shard, scores: Tensor, labels: Tensor, *, area: bool, ap: bool) -> RankSums:
+def sharded_sums(
+    shard: Shard, scores: Tensor, labels: Tensor, *, area: bool, ap: bool, compact: bool = False
+) -> RankSums:
     """Global :class:`RankSums` of one binary problem whose samples are spread over the ranks (every rank calls).
 
     ``scores`` (1-D floats, the dtype agreed by every rank) and ``labels`` (bool) are this rank's samples.
+    ``compact`` (compact keys, see ``_sort``) must be the same on every rank, and only ``True`` if every rank's
+    scores fit.
     """
     world, rank = shard.world, shard.rank
     per_rank = _samples_per_rank(world)
@@ -133,8 +139,8 @@ def sharded_sums(shard: Shard, scores: Tensor, labels: Tensor, *, area: bool, ap
     n = scores.numel()
     at = _sample_at(n, per_rank, scores.device)
     if packable(scores.dtype):
-        keys = sort_keys_(encode(scores, labels))
-        local_sample = _sample(n, decode(keys[at].bitwise_right_shift(1), scores.dtype), per_rank)
+        keys = sort_keys_(encode(scores, labels, compact))
+        local_sample = _sample(n, decode(keys[at].bitwise_right_shift(1), scores.dtype, compact), per_rank)
     else:
         sorted_scores, order = torch.sort(scores)
         sorted_labels = labels[order]
@@ -142,9 +148,9 @@ def sharded_sums(shard: Shard, scores: Tensor, labels: Tensor, *, area: bool, ap
         local_sample = _sample(n, sorted_scores[at], per_rank)
     splitters = _splitters(shard.all_gather(local_sample), world)
     if keys is not None:
-        bounds = encode(splitters.to(scores.dtype), torch.zeros_like(splitters, dtype=torch.bool))
+        bounds = encode(splitters.to(scores.dtype), torch.zeros_like(splitters, dtype=torch.bool), compact)
         edges = [0, *torch.searchsorted(keys, bounds).tolist(), n]
-        sent_pos = [int(keys[a:b].bitwise_and(1).sum()) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+        sent_pos = [count_positives(keys[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
     else:
         edges = [0, *torch.searchsorted(sorted_scores, splitters.to(scores.dtype)).tolist(), n]
         sent_pos = _positives_per_slice(sorted_labels, edges)
@@ -157,7 +163,7 @@ def sharded_sums(shard: Shard, scores: Tensor, labels: Tensor, *, area: bool, ap
         mine = shard.all_to_all(keys, sent, recv_rows)
         del keys
         # W sorted runs: a merge (NumPy's stable sort) on CPU.
-        col = SortedKeys(sort_keys_(mine, runs=True), scores.dtype, pos_per_range[rank])
+        col = SortedKeys(sort_keys_(mine, runs=True), scores.dtype, pos_per_range[rank], compact)
     else:
         mine_scores = shard.all_to_all(sorted_scores, sent, recv_rows)
         mine_labels = shard.all_to_all(sorted_labels.to(torch.uint8), sent, recv_rows)

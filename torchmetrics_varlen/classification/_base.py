@@ -29,7 +29,7 @@ from torchmetrics_varlen._dist.shard import Shard, route_rows_by_id, sharded_sum
 from torchmetrics_varlen.classification._sync import _COUNTERS, _SHARED_SYNCS, _SyncedMetric
 from torchmetrics_varlen.distributed import distributed_available
 from torchmetrics_varlen.functional._ranking import RankSums
-from torchmetrics_varlen.functional._sort import Column, packable, sorted_keys
+from torchmetrics_varlen.functional._sort import Column, fits_compact, packable, sorted_keys
 from torchmetrics_varlen.functional._tasks import (
     Average,
     binary_problems,
@@ -412,17 +412,20 @@ class _VarlenMetric(_SyncedMetric):
         group = resolve_group(self.process_group)
         what = f"{type(self).__name__}.compute()"
         names = ("preds", "target", "ids", "ids_sub")
+        preds = self._pieces("preds")
         checked = check_in_states(
-            {name: self._pieces(name) for name in names},
+            {name: preds if name == "preds" else self._pieces(name) for name in names},
             {},
             config=self._config,
             group=group,
             timeout=self.sync_timeout,
             what=what,
             fix=self._sync_fix(),
-            info={**self._local_info(), "num_samples": int(self.num_samples)},
+            info={**self._local_info(), "num_samples": int(self.num_samples), "compact": fits_compact(preds)},
             unset_ok={"dedup": self._dedup_mode()},
         )
+        # Compact sort keys only if every rank's scores fit: the keys of all ranks meet in one all-to-all.
+        compact = all(r["info"]["compact"] for r in checked.records)
         comm = comm_device(group, self.num_samples.device)
         shard = Shard(group, self.sync_timeout, what, comm)
         rows = {
@@ -439,7 +442,7 @@ class _VarlenMetric(_SyncedMetric):
         sums = []
         while problems:
             scores, labels = problems.pop(0)
-            sums.append(sharded_sums(shard, scores, labels, area=area, ap=ap))
+            sums.append(sharded_sums(shard, scores, labels, area=area, ap=ap, compact=compact))
             del scores, labels
         value = self._value_from_sums(sums).to(self.num_samples.device)
         if self.compute_with_cache:

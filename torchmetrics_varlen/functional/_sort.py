@@ -2,9 +2,12 @@
 
 For 16- and 32-bit floats the label is packed into the lowest bit of an order-preserving integer key built from
 the float's bits (``2 * code + label``), so sorting the keys alone orders scores and carries labels along: no
-permutation, no gather of the labels, and the thresholds are decoded back from the keys. On CPU the keys are
-sorted in place by NumPy (a vectorised quicksort: no index tensor, no scratch copy); on other devices by
-``torch.sort``. float64 scores (63 + 1 bits do not fit) take a float sort and a gather.
+permutation, no gather of the labels, and the thresholds are decoded back from the keys. Scores in ``[0, 2)``
+(probabilities, the common case) have their sign bit and top exponent bit clear, so their keys fit in the float's
+own width ("compact" keys: int32 for float32, int16 for 16-bit floats); other scores take twice the width. On CPU the
+keys are
+sorted in place by NumPy (a vectorised quicksort: no index tensor, no scratch copy); on other devices
+by ``torch.sort``. float64 scores (63 + 1 bits do not fit) take a float sort and a gather.
 
 Scalar statistics (AUROC, AP) then stream over the sorted keys in chunks that never split a run of equal scores
 (:func:`chunks`), so nothing else of size N is allocated; curves materialise :class:`Counts`.
@@ -47,14 +50,16 @@ class SortedKeys(NamedTuple):
     """Ascending keys ``2 * code + label`` of one binary problem (see the module docstring).
 
     Attributes:
-        keys: The sorted keys (int32 for 16-bit scores, int64 for float32).
+        keys: The sorted keys (compact: the scores' width; otherwise twice the width).
         dtype: The dtype of the scores, to decode thresholds.
         n_pos: How many keys are positives.
+        compact: Whether the keys are compact (every score in ``[0, 2)``).
     """
 
     keys: Tensor
     dtype: torch.dtype
     n_pos: int
+    compact: bool
 
 
 Column = Counts | SortedKeys
@@ -65,20 +70,45 @@ def packable(dtype: torch.dtype) -> bool:
     return dtype in _KEYS
 
 
-def encode(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor]) -> Tensor:
+def _pieces(x: Tensor | Sequence[Tensor]) -> list[Tensor]:
+    return [x] if isinstance(x, Tensor) else list(x)
+
+
+def fits_compact(preds: Tensor | Sequence[Tensor]) -> bool:
+    """Whether every score is in ``[0, 2)`` (``-0.0`` included): compact keys then hold score and label."""
+    for piece in _pieces(preds):
+        if piece.numel():
+            low, high = torch.aminmax(piece)
+            if not (bool(low >= 0) and bool(high < 2)):
+                return False
+    return True
+
+
+def encode(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor], compact: bool | None = None) -> Tensor:
     """Unsorted keys ``2 * code + label`` (``code`` increases with the score; ``-0.0`` and ``+0.0`` share one).
 
     ``preds`` / ``target`` may be lists of pieces (stored batches, per-rank parts of a sync) of one dtype: they are
     encoded into one buffer without concatenating them first. Built chunk by chunk: the only allocation of size N
-    is the result.
+    is the result. ``compact`` (default: :func:`fits_compact`) must only be ``True`` when every score fits.
     """
-    pieces = [preds] if isinstance(preds, Tensor) else list(preds)
-    labels = [target] if isinstance(target, Tensor) else list(target)
+    pieces, labels = _pieces(preds), _pieces(target)
     as_int, wide, half = _KEYS[pieces[0].dtype]
-    keys = torch.empty(sum(p.numel() for p in pieces), dtype=wide, device=pieces[0].device)
+    if compact is None:
+        compact = fits_compact(pieces)
+    keys = torch.empty(sum(p.numel() for p in pieces), dtype=as_int if compact else wide, device=pieces[0].device)
     offset = 0
     for scores, label in zip(pieces, labels, strict=True):
         scores, label = scores.reshape(-1), label.reshape(-1)
+        if compact:
+            for a in range(0, scores.numel(), CHUNK):
+                b = min(a + CHUNK, scores.numel())
+                out = keys[offset + a : offset + b]
+                # Clearing the sign bit maps -0.0 onto +0.0; the rest of a non-negative float's bits increase with it.
+                torch.bitwise_and(scores[a:b].view(as_int).to(keys.device), half - 1, out=out)
+                out.bitwise_left_shift_(1)
+                out.bitwise_or_(label[a:b].to(device=keys.device, dtype=as_int))
+            offset += scores.numel()
+            continue
         for a in range(0, scores.numel(), CHUNK):
             b = min(a + CHUNK, scores.numel())
             key = scores[a:b].contiguous().view(as_int).to(device=keys.device, dtype=wide)
@@ -94,9 +124,11 @@ def encode(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor]) 
     return keys
 
 
-def decode(codes: Tensor, dtype: torch.dtype) -> Tensor:
+def decode(codes: Tensor, dtype: torch.dtype, compact: bool) -> Tensor:
     """The ``dtype`` scores of ``codes`` (keys shifted right by one); inverse of :func:`encode`."""
     as_int, _, half = _KEYS[dtype]
+    if compact:
+        return codes.to(as_int).view(dtype)
     bits = torch.where(codes >= half, codes - half, -codes)
     return bits.to(as_int).view(dtype)
 
@@ -114,10 +146,10 @@ def sort_keys_(keys: Tensor, runs: bool = False) -> Tensor:
 
 def sorted_keys(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor]) -> SortedKeys:
     """Sorted packed keys of 16/32-bit scores ``preds`` and labels ``target`` (bool / 0-1), or lists of pieces."""
-    pieces = [target] if isinstance(target, Tensor) else list(target)
-    n_pos = sum(int(t.sum()) for t in pieces)
-    dtype = preds.dtype if isinstance(preds, Tensor) else preds[0].dtype
-    return SortedKeys(sort_keys_(encode(preds, target)), dtype, n_pos)
+    n_pos = sum(int(t.sum()) for t in _pieces(target))
+    dtype = _pieces(preds)[0].dtype
+    compact = fits_compact(preds)
+    return SortedKeys(sort_keys_(encode(preds, target, compact)), dtype, n_pos, compact)
 
 
 def column(preds: Tensor, target: Tensor) -> Column:
@@ -134,13 +166,13 @@ def _run_ends(sorted_values: Tensor) -> Tensor:
     return torch.cat([ends, ends.new_tensor([n - 1])])
 
 
-def _counts_of_keys(keys: Tensor, dtype: torch.dtype, with_scores: bool, in_place: bool) -> Counts:
+def _counts_of_keys(keys: Tensor, dtype: torch.dtype, with_scores: bool, in_place: bool, compact: bool) -> Counts:
     """Counts of sorted keys (relative to their first element); ``in_place`` may overwrite ``keys``."""
     positives = keys.bitwise_and(1).to(torch.int64)
     positives.cumsum_(0)
     codes = keys.bitwise_right_shift_(1) if in_place else keys.bitwise_right_shift(1)
     ends = _run_ends(codes)
-    scores = decode(codes[ends], dtype) if with_scores else None
+    scores = decode(codes[ends], dtype, compact) if with_scores else None
     del codes
     return Counts(positives[ends], ends + 1, scores)
 
@@ -155,8 +187,9 @@ def ascending_counts(preds: Tensor, target: Tensor, with_scores: bool = False) -
     if preds.numel() == 0:
         return _empty_counts(preds.device, preds.new_zeros(0) if with_scores else None)
     if packable(preds.dtype):
-        keys = sort_keys_(encode(preds, target))
-        return _counts_of_keys(keys, preds.dtype, with_scores, in_place=True)
+        compact = fits_compact(preds)
+        keys = sort_keys_(encode(preds, target, compact))
+        return _counts_of_keys(keys, preds.dtype, with_scores, in_place=True, compact=compact)
     sorted_scores, order = torch.sort(preds)
     positives = target[order].to(torch.int64)
     del order
@@ -173,7 +206,7 @@ def materialize(col: Column, with_scores: bool) -> Counts:
         return col
     if col.keys.numel() == 0:
         return _empty_counts(col.keys.device, torch.zeros(0, dtype=col.dtype) if with_scores else None)
-    return _counts_of_keys(col.keys, col.dtype, with_scores, in_place=False)
+    return _counts_of_keys(col.keys, col.dtype, with_scores, in_place=False, compact=col.compact)
 
 
 def column_device(col: Column) -> torch.device:
@@ -215,10 +248,15 @@ def chunks(col: Column) -> Iterator[tuple[int, int, Counts | Tensor]]:
         chunk = keys[a:b]
         yield p, a, chunk
         if b < n:
-            p += int(chunk.bitwise_and(1).sum())
+            p += count_positives(chunk)
         a = b
+
+
+def count_positives(keys: Tensor) -> int:
+    """How many of ``keys`` carry label 1 (chunk by chunk: no temporary of the keys' size)."""
+    return sum(int(keys[a : a + CHUNK].bitwise_and(1).sum()) for a in range(0, keys.numel(), CHUNK))
 
 
 def local_counts(chunk: Tensor) -> Counts:
     """Counts of a chunk of sorted keys, relative to its start (no scores)."""
-    return _counts_of_keys(chunk, torch.float32, with_scores=False, in_place=False)
+    return _counts_of_keys(chunk, torch.float32, with_scores=False, in_place=False, compact=False)
