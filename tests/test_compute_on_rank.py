@@ -26,7 +26,8 @@ def case_compute_on_rank(rank: int, world: int, dst: int) -> dict[str, Any]:
         metric.update(preds[part], target[part], sample_ids=ids)
         metric.update(preds[part][:3], target[part][:3], sample_ids=ids[:3])  # duplicates, dropped by id
     calls: dict[str, int] = {}
-    originals = {name: getattr(dist, name) for name in ("gather", "all_gather", "all_gather_single", "broadcast")}
+    names = ("gather", "all_gather", "all_gather_single", "broadcast", "batch_isend_irecv")
+    originals = {name: getattr(dist, name) for name in names}
 
     def counting(name: str) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -60,9 +61,12 @@ def test_compute_on_one_rank_broadcasts_the_exact_value(pool: DistPool, world: i
     preds, target = scores_and_labels(97, 4)
     expected = roc_auc_score(target, preds)
     outcomes = pool.values(case_compute_on_rank, world, dst)
-    for out in outcomes:
+    for rank, out in enumerate(outcomes):
         assert out["value"] == pytest.approx(expected, abs=1e-12)
-        assert out["calls"].get("gather") == 1  # the data goes to one rank only
+        # The data goes to one rank only, point to point: one batch of sends / receives on every rank that sends or
+        # receives (rank 0 holds no rows: it sends nothing unless it is the destination).
+        assert out["calls"].get("batch_isend_irecv", 0) == (0 if rank == 0 and dst != 0 else 1)
+        assert "gather" not in out["calls"]
         assert "all_gather" not in out["calls"]
         assert "all_gather_single" not in out["calls"]
         assert out["kept"] == 97

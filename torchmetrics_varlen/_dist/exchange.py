@@ -3,9 +3,10 @@
 Concatenated ("cat") states of every rank are packed into one byte buffer per rank (each state 8-byte aligned,
 floats promoted to the dtype common to all ranks) and moved together: on gloo one broadcast per rank that has rows,
 all in flight at once, each rank packing straight into its own slot of the receive buffer; on NCCL one uneven
-all-gather; to one rank (``dst``) one gather. Summed states are moved with one all-reduce. The number of collectives
-never depends on the number of states. Nothing is pickled: only raw tensor bytes travel, on the communication
-device of the group (CUDA for NCCL, the tensors' own device otherwise).
+all-gather; to one rank (``dst``) point-to-point sends straight into that rank's buffer. Summed states are moved
+with one all-reduce. The number of collectives never depends on the number of states. Nothing is pickled: only
+raw tensor bytes travel, on the communication device of the group (CUDA for NCCL, the tensors' own device
+otherwise).
 """
 
 from __future__ import annotations
@@ -226,7 +227,6 @@ def _gather_packed(
     total = sum(sizes)
     if total == 0:
         return _empty_states(names, layouts, comm)
-    widest = -(-max(sizes) // _ALIGN) * _ALIGN
     nccl = "nccl" in str(dist.get_backend(group)).lower()
     if dst is None and not nccl:
         # gloo: every rank packs its rows straight into its own slot of the receive buffer, then every rank with
@@ -241,22 +241,32 @@ def _gather_packed(
         for work in works:
             wait(work, timeout, what)
         return _unpack(parts, names, layouts, rows)
-    # Uninitialised on purpose: padding and alignment bytes are never read back.
-    local = torch.empty(widest if dst is not None else sizes[rank], dtype=torch.uint8, device=comm)
-    _pack(cat, names, layouts, {n: rows[n][rank] for n in names}, local)
     if dst is not None:
-        # Gather to one rank: only it allocates the combined buffer.
-        out = torch.empty(world * widest if rank == dst else 0, dtype=torch.uint8, device=comm)
-        targets = [out[r * widest : (r + 1) * widest] for r in range(world)] if rank == dst else None
-        wait(dist.gather(local, targets, dst=global_ranks[dst], group=group, async_op=True), timeout, what)
+        # Gather to one rank, point to point: every other rank sends its packed bytes, and ``dst`` receives them
+        # straight into their slots of one buffer (gloo's gather would pad and stage a second full-size copy).
+        if rank == dst:
+            out = torch.empty(total, dtype=torch.uint8, device=comm)
+            parts = [out[sum(sizes[:r]) : sum(sizes[: r + 1])] for r in range(world)]
+            _pack(cat, names, layouts, {n: rows[n][rank] for n in names}, parts[rank])
+            ops = [
+                dist.P2POp(dist.irecv, parts[r], global_ranks[r], group) for r in range(world) if r != rank and sizes[r]
+            ]
+        else:
+            send = torch.empty(sizes[rank], dtype=torch.uint8, device=comm)
+            _pack(cat, names, layouts, {n: rows[n][rank] for n in names}, send)
+            ops = [dist.P2POp(dist.isend, send, global_ranks[dst], group)] if sizes[rank] else []
+        for work in dist.batch_isend_irecv(ops) if ops else []:
+            wait(work, timeout, what)
         if rank != dst:
             return _empty_states(names, layouts, comm)
-        parts = [out[r * widest : r * widest + sizes[r]] for r in range(world)]
-    else:
-        # NCCL: one uneven all-gather.
-        out = torch.empty(total, dtype=torch.uint8, device=comm)
-        parts = [out[sum(sizes[:r]) : sum(sizes[: r + 1])] for r in range(world)]
-        wait(dist.all_gather(parts, local, group=group, async_op=True), timeout, what)
+        return _unpack(parts, names, layouts, rows)
+    # Uninitialised on purpose: alignment bytes are never read back.
+    local = torch.empty(sizes[rank], dtype=torch.uint8, device=comm)
+    _pack(cat, names, layouts, {n: rows[n][rank] for n in names}, local)
+    # NCCL: one uneven all-gather.
+    out = torch.empty(total, dtype=torch.uint8, device=comm)
+    parts = [out[sum(sizes[:r]) : sum(sizes[: r + 1])] for r in range(world)]
+    wait(dist.all_gather(parts, local, group=group, async_op=True), timeout, what)
     return _unpack(parts, names, layouts, rows)
 
 

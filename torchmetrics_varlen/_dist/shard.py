@@ -121,7 +121,7 @@ def _splitters(gathered: Tensor, world: int) -> Tensor:
 
 
 def _positives_per_slice(labels: Tensor, edges: list[int]) -> list[int]:
-    return [int(labels[a:b].sum()) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    return [int(torch.count_nonzero(labels[a:b])) for a, b in zip(edges[:-1], edges[1:], strict=True)]
 
 
 def sharded_sums(

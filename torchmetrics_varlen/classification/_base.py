@@ -341,7 +341,7 @@ class _VarlenMetric(_SyncedMetric):
             keep = dedup_by_id(ids, self._rows("ids_sub"), rows["target"])
             rows = {name: value[keep] for name, value in rows.items()}
             kept_ids = ids[keep]
-            kept_samples = int(kept_ids.numel() and 1 + (kept_ids[1:] != kept_ids[:-1]).sum())
+            kept_samples = int(kept_ids.numel() and 1 + torch.count_nonzero(kept_ids[1:] != kept_ids[:-1]))
         self._report(kept_samples)
         return rows
 
@@ -457,7 +457,7 @@ class _VarlenMetric(_SyncedMetric):
         except ValueError as err:
             error, keep = err, torch.zeros(0, dtype=torch.int64, device=shard.device)
         kept_ids = rows["ids"][keep]
-        kept = int(kept_ids.numel() and 1 + (kept_ids[1:] != kept_ids[:-1]).sum())
+        kept = int(kept_ids.numel() and 1 + torch.count_nonzero(kept_ids[1:] != kept_ids[:-1]))
         flags = shard.all_gather(torch.tensor([error is not None, kept], dtype=torch.int64, device=shard.device))
         bad = [r for r, flag in enumerate(flags[:, 0].tolist()) if flag]
         if error is not None:

@@ -146,7 +146,7 @@ def sort_keys_(keys: Tensor, runs: bool = False) -> Tensor:
 
 def sorted_keys(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor]) -> SortedKeys:
     """Sorted packed keys of 16/32-bit scores ``preds`` and labels ``target`` (bool / 0-1), or lists of pieces."""
-    n_pos = sum(int(t.sum()) for t in _pieces(target))
+    n_pos = sum(int(torch.count_nonzero(t)) for t in _pieces(target))  # a bool sum would copy to int64
     dtype = _pieces(preds)[0].dtype
     compact = fits_compact(preds)
     return SortedKeys(sort_keys_(encode(preds, target, compact)), dtype, n_pos, compact)
