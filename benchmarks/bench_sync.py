@@ -2,15 +2,16 @@
 
 Each rank holds N / W samples (float32 scores, int64 labels as users pass them). Times are medians, on every rank:
 
-- ``bare``: ``all_gather_into_tensor`` of the payload this package moves (scores + 1-byte labels), the floor;
+- ``bare``: ``all_gather_into_tensor`` of the payload this package moves (scores + 1-byte labels) into a fresh
+  buffer, the floor;
 - ``varlen sync``: ``metric.sync(); metric.unsync()`` (check-in on the store, one packed exchange, unpack);
 - ``torchmetrics sync``: the same for ``BinaryAUROC``;
 - ``compute`` of ``VarlenAUROC`` three ways: every rank gathers everything (default), ``compute_on_rank=0``, and
   ``compute_sharded=True``; and of ``BinaryAUROC``.
 
-Peak memory is measured separately, in fresh processes per variant (allocator caches would otherwise hide it): the
-peak RSS during one ``compute()`` above the level just before it, per rank, against the gathered payload
-(``N * 5`` bytes).
+Peak memory is measured separately, in fresh processes per variant (allocator caches would otherwise hide it), after
+a warm-up ``compute()`` on 1,000 samples per rank: the peak RSS during one ``compute()`` above the level just before
+it, per rank, against the gathered payload (``N * 5`` bytes).
 
     python benchmarks/bench_sync.py --world-sizes 2,4 --num-samples 4000000
 """
@@ -65,9 +66,10 @@ def _timing_rank(rank: int, world: int, store: str, n: int, repeats: int, out: s
         metric.update(preds, target)
     payload = preds.numel() * (4 + 1)  # float32 score + bool label per sample
     buf = torch.zeros(payload, dtype=torch.uint8)
-    out_buf = torch.empty(world * payload, dtype=torch.uint8)
 
     def bare() -> None:
+        # A fresh receive buffer per call, as every real gather (this package's, torchmetrics') needs one.
+        out_buf = torch.empty(world * payload, dtype=torch.uint8)
         getattr(dist, "all_gather_single", dist.all_gather_into_tensor)(out_buf, buf)
 
     def sync(metric: Any) -> Any:
@@ -104,6 +106,10 @@ def _memory_rank(rank: int, world: int, store: str, n: int, variant: str, out: s
     preds, target = _setup(rank, world, store, n)
     from _measure import PeakRSS
 
+    warm = _metric(variant)  # one-time initialisation (imports, kernels, gloo buffers) on 1,000 samples per rank
+    warm.update(preds[:1000], target[:1000])
+    warm.compute()
+    del warm
     metric = _metric(variant)
     metric.update(preds, target)
     del preds, target
