@@ -22,6 +22,7 @@ import argparse
 import datetime
 import json
 import os
+import socket
 import sys
 import tempfile
 from typing import Any
@@ -44,11 +45,16 @@ def _metric(name: str) -> Any:
     return VarlenAUROC(validate_args=False, sync_timeout=600, **extra)
 
 
-def _setup(rank: int, world: int, store: str, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _setup(rank: int, world: int, port: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     torch.set_num_threads(1)
+    # A TCP store, as torchrun, Lightning and Accelerate use (a FileStore polls every 10 ms in its wait).
     dist.init_process_group(
-        "gloo", init_method=f"file://{store}", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=600)
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=600),
     )
     gen = torch.Generator().manual_seed(rank)
     local = n // world
@@ -57,8 +63,8 @@ def _setup(rank: int, world: int, store: str, n: int) -> tuple[torch.Tensor, tor
     return preds, target
 
 
-def _timing_rank(rank: int, world: int, store: str, n: int, repeats: int, out: str) -> None:
-    preds, target = _setup(rank, world, store, n)
+def _timing_rank(rank: int, world: int, port: int, n: int, repeats: int, out: str) -> None:
+    preds, target = _setup(rank, world, port, n)
     from _measure import median_time
 
     metrics = {name: _metric(name) for name in COMPUTES}
@@ -102,8 +108,8 @@ def _timing_rank(rank: int, world: int, store: str, n: int, repeats: int, out: s
     dist.destroy_process_group()
 
 
-def _memory_rank(rank: int, world: int, store: str, n: int, variant: str, out: str) -> None:
-    preds, target = _setup(rank, world, store, n)
+def _memory_rank(rank: int, world: int, port: int, n: int, variant: str, out: str) -> None:
+    preds, target = _setup(rank, world, port, n)
     from _measure import PeakRSS
 
     warm = _metric(variant)  # one-time initialisation (imports, kernels, gloo buffers) on 1,000 samples per rank
@@ -121,9 +127,15 @@ def _memory_rank(rank: int, world: int, store: str, n: int, variant: str, out: s
     dist.destroy_process_group()
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def _spawn(fn: Any, world: int, *args: Any) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(fn, args=(world, os.path.join(tmp, "store"), *args, tmp), nprocs=world, join=True)
+        mp.spawn(fn, args=(world, _free_port(), *args, tmp), nprocs=world, join=True)
         prefix = "time" if fn is _timing_rank else "mem"
         rows = []
         for r in range(world):

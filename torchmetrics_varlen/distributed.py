@@ -27,7 +27,7 @@ def gather_varlen(tensor: Tensor, group: Any | None = None, *, sync_timeout: flo
     Each rank may pass any number of rows, zero included, as long as the trailing dimensions agree across the ranks
     that have rows. Floating dtypes that differ across ranks are promoted to a common dtype (``float16`` and
     ``bfloat16`` give ``float32``), never reinterpreted; mixing floating point and integer data raises. The data
-    moves in one collective on the tensor's device (CUDA for NCCL), after a check-in on the process group's store
+    moves in one exchange on the tensor's device (CUDA for NCCL), after a check-in on the process group's store
     that turns a missing rank into a :class:`MetricSyncError` within ``sync_timeout`` seconds instead of a hang.
     Every rank gets the same result, in rank order. Without an initialised process group the tensor is returned
     as it is.

@@ -99,7 +99,7 @@ def sync_states(
     dst: int | None = None,
     concat: bool = True,
 ) -> Gathered:
-    """Check in, verify that all ranks agree, and exchange every state in one collective per state kind.
+    """Check in, verify that all ranks agree, and move every state: one exchange per state kind (cat, summed).
 
     ``cat`` states are given as lists of pieces (the stored batches, packed straight into the send buffer without a
     concatenation first; at least one piece, possibly empty). They may have any number of rows (including zero)

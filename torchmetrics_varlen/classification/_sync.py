@@ -160,6 +160,10 @@ class _SyncedMetric(Metric):
         entry = _SHARED_SYNCS.get(key)
         if entry is not None and all(a is b for a, b in zip(entry[0], objs, strict=True)) and entry[1] == lengths:
             return entry[2]
+        # A new sync of the same kind supersedes older ones: drop them first, so that their received buffers are
+        # freed before this one is allocated (and can be reused by it).
+        for stale in [k for k in _SHARED_SYNCS if k[1:] == key[1:]]:
+            del _SHARED_SYNCS[stale]
         name = type(self).__name__
         result = sync_states(
             cat,

@@ -26,7 +26,7 @@ class VarlenAUROC(_RankingMetric):
     score (ties form one step), so the value depends only on the set of samples evaluated, never on how they were
     split over ranks or batches. ``compute()`` on several ranks runs one guarded exchange: a check-in on the
     process group's store (a missing rank becomes a :class:`~torchmetrics_varlen.MetricSyncError` after
-    ``sync_timeout`` seconds), then one collective for all states, with ranks of any length, zero included.
+    ``sync_timeout`` seconds), then one exchange for all states, with ranks of any length, zero included.
 
     Padded duplicates from ``DistributedSampler(drop_last=False)`` are removed with ``dataset_size=len(dataset)``
     or by passing ``update(..., sample_ids=ids)``; ``sync_report`` tells what was evaluated.
