@@ -12,7 +12,7 @@ Per binary problem, after the usual check-in:
    with the offsets of step 3) and the ``W`` partial sums are all-gathered and added in rank order.
 
 The area is an exact integer, so AUROC is the single-process value bit for bit; AP is a float64 sum taken in a
-different order (relative difference ~1e-15). Duplicate ids are first routed to ``id % W`` with one more
+different order (relative difference ~1e-16). Duplicate ids are first routed to ``id % W`` with one more
 ``all_to_all``, so every copy of a sample meets its twins on one rank. Data stays on the communication device
 (CUDA for NCCL); the store-based check-in runs before, as for every sync.
 """

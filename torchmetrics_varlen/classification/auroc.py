@@ -48,7 +48,7 @@ class VarlenAUROC(_RankingMetric):
             ranks never hold more than their own share. Every rank still calls ``compute()``. (Exact mode.)
         compute_sharded: Spread the exact computation over the ranks (a distributed sample sort): each rank ends
             up with one range of the scores, about ``1 / W`` of them, and no rank ever holds every prediction. Same
-            value (AUROC bit for bit, AP to ~1e-15 relative) with less memory per rank. Exact mode, without ``max_fpr``.
+            value (AUROC bit for bit, AP to ~1e-16 relative) with less memory per rank. Exact mode, without ``max_fpr``.
         kwargs: Any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``, ``sync_on_compute``,
             ``process_group``, ...). ``dist_sync_fn`` is ignored: the metric syncs itself.
 

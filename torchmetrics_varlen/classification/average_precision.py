@@ -38,7 +38,7 @@ class VarlenAveragePrecision(_RankingMetric):
             ranks never hold more than their own share. Every rank still calls ``compute()``. (Exact mode.)
         compute_sharded: Spread the exact computation over the ranks (a distributed sample sort): each rank ends
             up with one range of the scores, about ``1 / W`` of them, and no rank ever holds every prediction. Same
-            value (AUROC bit for bit, AP to ~1e-15 relative) with less memory per rank. Exact mode.
+            value (AUROC bit for bit, AP to ~1e-16 relative) with less memory per rank. Exact mode.
         kwargs: Any :class:`torchmetrics.Metric` keyword.
 
     Example:
