@@ -228,45 +228,39 @@ def _gather_packed(
     if total == 0:
         return _empty_states(names, layouts, comm)
     nccl = "nccl" in str(dist.get_backend(group)).lower()
-    if dst is None and not nccl:
-        # gloo: every rank packs its rows straight into its own slot of the receive buffer, then every rank with
-        # rows broadcasts its slot, all in flight together. Unlike gloo's all-gather (which needs equal sizes and
-        # stages the result in a second full-size buffer) this moves uneven shards without padding or extra copy.
-        out = torch.empty(total, dtype=torch.uint8, device=comm)
-        parts = [out[sum(sizes[:r]) : sum(sizes[: r + 1])] for r in range(world)]
-        _pack(cat, names, layouts, {n: rows[n][rank] for n in names}, parts[rank])
+    bounds = [sum(sizes[:r]) for r in range(world + 1)]
+    receives = dst is None or rank == dst
+    out = torch.empty(total if receives else 0, dtype=torch.uint8, device=comm)
+    parts = [out[bounds[r] : bounds[r + 1]] for r in range(world)] if receives else []
+    # gloo's broadcasts and the receiving rank of a gather pack straight into their own slot of the receive buffer;
+    # NCCL's all-gather and a rank that only sends pack into a send buffer of their own. (Uninitialised on purpose:
+    # alignment bytes are never read back.)
+    separate = not receives or (nccl and dst is None)
+    mine = torch.empty(sizes[rank], dtype=torch.uint8, device=comm) if separate else parts[rank]
+    _pack(cat, names, layouts, {n: rows[n][rank] for n in names}, mine)
+    if dst is not None:
+        # Gather to one rank, point to point, straight into the slots of one buffer (gloo's gather would pad every
+        # rank to the widest and stage a second full-size copy).
+        if rank == dst:
+            ops = [
+                dist.P2POp(dist.irecv, parts[r], global_ranks[r], group) for r in range(world) if r != rank and sizes[r]
+            ]
+        else:
+            ops = [dist.P2POp(dist.isend, mine, global_ranks[dst], group)] if sizes[rank] else []
+        for work in dist.batch_isend_irecv(ops) if ops else []:
+            wait(work, timeout, what)
+        if rank != dst:
+            return _empty_states(names, layouts, comm)
+    elif nccl:
+        wait(dist.all_gather(parts, mine, group=group, async_op=True), timeout, what)
+    else:
+        # gloo: one broadcast per rank with rows, all in flight together. Unlike gloo's all-gather (equal sizes only,
+        # and the result staged in a second full-size buffer) this moves uneven shards without padding or extra copy.
         works = [
             dist.broadcast(parts[r], src=global_ranks[r], group=group, async_op=True) for r in range(world) if sizes[r]
         ]
         for work in works:
             wait(work, timeout, what)
-        return _unpack(parts, names, layouts, rows)
-    if dst is not None:
-        # Gather to one rank, point to point: every other rank sends its packed bytes, and ``dst`` receives them
-        # straight into their slots of one buffer (gloo's gather would pad and stage a second full-size copy).
-        if rank == dst:
-            out = torch.empty(total, dtype=torch.uint8, device=comm)
-            parts = [out[sum(sizes[:r]) : sum(sizes[: r + 1])] for r in range(world)]
-            _pack(cat, names, layouts, {n: rows[n][rank] for n in names}, parts[rank])
-            ops = [
-                dist.P2POp(dist.irecv, parts[r], global_ranks[r], group) for r in range(world) if r != rank and sizes[r]
-            ]
-        else:
-            send = torch.empty(sizes[rank], dtype=torch.uint8, device=comm)
-            _pack(cat, names, layouts, {n: rows[n][rank] for n in names}, send)
-            ops = [dist.P2POp(dist.isend, send, global_ranks[dst], group)] if sizes[rank] else []
-        for work in dist.batch_isend_irecv(ops) if ops else []:
-            wait(work, timeout, what)
-        if rank != dst:
-            return _empty_states(names, layouts, comm)
-        return _unpack(parts, names, layouts, rows)
-    # Uninitialised on purpose: alignment bytes are never read back.
-    local = torch.empty(sizes[rank], dtype=torch.uint8, device=comm)
-    _pack(cat, names, layouts, {n: rows[n][rank] for n in names}, local)
-    # NCCL: one uneven all-gather.
-    out = torch.empty(total, dtype=torch.uint8, device=comm)
-    parts = [out[sum(sizes[:r]) : sum(sizes[: r + 1])] for r in range(world)]
-    wait(dist.all_gather(parts, local, group=group, async_op=True), timeout, what)
     return _unpack(parts, names, layouts, rows)
 
 

@@ -205,7 +205,8 @@ def materialize(col: Column, with_scores: bool) -> Counts:
     if isinstance(col, Counts):
         return col
     if col.keys.numel() == 0:
-        return _empty_counts(col.keys.device, torch.zeros(0, dtype=col.dtype) if with_scores else None)
+        scores = torch.zeros(0, dtype=col.dtype, device=col.keys.device) if with_scores else None
+        return _empty_counts(col.keys.device, scores)
     return _counts_of_keys(col.keys, col.dtype, with_scores, in_place=False, compact=col.compact)
 
 
