@@ -1,7 +1,9 @@
 """Plain DDP under torchrun (one node or several): every rank computes the same exact AUROC.
 
 Each rank evaluates its ``DistributedSampler`` shard (padded: ``drop_last=False``) and calls ``compute()``; the
-padding is dropped by ``dataset_size``, so the value equals the single-process AUROC of the whole data set.
+padding is dropped by ``dataset_size``, so the value equals the single-process AUROC of the whole data set. The
+same AUROC with ``compute_sharded=True`` never gathers the predictions: the ranks sort them together and each keeps
+one range of scores (for evaluations too large to copy to every rank).
 
 Run on one machine:      ``torchrun --nproc-per-node 2 examples/torchrun_ddp.py``
 Two (simulated) nodes:   start ``torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d
@@ -42,15 +44,18 @@ def main() -> None:
     data = make_data(args.num_samples)
     sampler = DistributedSampler(data, shuffle=True, seed=1)  # pads to a multiple of the world size
     auroc = VarlenAUROC(dataset_size=len(data))
+    sharded = VarlenAUROC(dataset_size=len(data), compute_sharded=True)
     gauc = VarlenGroupAUROC(dataset_size=len(data))
     for scores, target, users in DataLoader(data, batch_size=args.batch_size, sampler=sampler):
         auroc.update(scores, target)
+        sharded.update(scores, target)
         gauc.update(scores, target, groups=users)
     record = {
         "rank": rank,
         "world_size": world,
         "node": os.environ.get("GROUP_RANK", "0"),
         "auroc": float(auroc.compute()),  # every rank calls compute()
+        "auroc_sharded": float(sharded.compute()),
         "gauc": float(gauc.compute()),
         "kept": auroc.sync_report.kept if auroc.sync_report else None,
     }

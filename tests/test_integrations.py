@@ -125,6 +125,7 @@ def test_two_torchrun_agents_as_two_nodes(tmp_path: Path) -> None:
         assert record["world_size"] == 4
         assert record["kept"] == 101
         assert record["auroc"] == pytest.approx(roc_auc_score(target, scores), abs=1e-12)
+        assert record["auroc_sharded"] == pytest.approx(roc_auc_score(target, scores), abs=1e-12)
         assert record["gauc"] == pytest.approx(gauc, abs=1e-12)
 
 
