@@ -125,34 +125,44 @@ def _positives_per_slice(labels: Tensor, edges: list[int]) -> list[int]:
 
 
 def sharded_sums(
-    shard: Shard, scores: Tensor, labels: Tensor, *, area: bool, ap: bool, compact: bool = False
+    shard: Shard,
+    scores: Tensor | list[Tensor],
+    labels: Tensor | list[Tensor],
+    *,
+    area: bool,
+    ap: bool,
+    compact: bool = False,
 ) -> RankSums:
     """Global :class:`RankSums` of one binary problem whose samples are spread over the ranks (every rank calls).
 
-    ``scores`` (1-D floats, the dtype agreed by every rank) and ``labels`` (bool) are this rank's samples.
-    ``compact`` (compact keys, see ``_sort``) must be the same on every rank, and only ``True`` if every rank's
-    scores fit.
+    ``scores`` (1-D floats, the dtype agreed by every rank) and ``labels`` (bool) are this rank's samples, or lists
+    of pieces of them (stored batches: encoded straight into the keys, never concatenated). ``compact`` (compact
+    keys, see ``_sort``) must be the same on every rank, and only ``True`` if every rank's scores fit.
     """
     world, rank = shard.world, shard.rank
     per_rank = _samples_per_rank(world)
     keys: Tensor | None = None
-    n = scores.numel()
-    at = _sample_at(n, per_rank, scores.device)
-    if packable(scores.dtype):
+    pieces = [scores] if isinstance(scores, Tensor) else scores
+    dtype, device = pieces[0].dtype, pieces[0].device
+    n = sum(p.numel() for p in pieces)
+    at = _sample_at(n, per_rank, device)
+    if packable(dtype):
         keys = sort_keys_(encode(scores, labels, compact))
-        local_sample = _sample(n, decode(keys[at].bitwise_right_shift(1), scores.dtype, compact), per_rank)
+        local_sample = _sample(n, decode(keys[at].bitwise_right_shift(1), dtype, compact), per_rank)
     else:
+        scores = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
+        labels = labels if isinstance(labels, Tensor) else torch.cat(labels)
         sorted_scores, order = torch.sort(scores)
         sorted_labels = labels[order]
         del order
         local_sample = _sample(n, sorted_scores[at], per_rank)
     splitters = _splitters(shard.all_gather(local_sample), world)
     if keys is not None:
-        bounds = encode(splitters.to(scores.dtype), torch.zeros_like(splitters, dtype=torch.bool), compact)
+        bounds = encode(splitters.to(dtype), torch.zeros_like(splitters, dtype=torch.bool), compact)
         edges = [0, *torch.searchsorted(keys, bounds).tolist(), n]
         sent_pos = [count_positives(keys[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
     else:
-        edges = [0, *torch.searchsorted(sorted_scores, splitters.to(scores.dtype)).tolist(), n]
+        edges = [0, *torch.searchsorted(sorted_scores, splitters.to(dtype)).tolist(), n]
         sent_pos = _positives_per_slice(sorted_labels, edges)
     sent = [b - a for a, b in zip(edges[:-1], edges[1:], strict=True)]
     matrix = shard.all_gather(torch.tensor(sent + sent_pos, dtype=torch.int64, device=shard.device))
@@ -163,7 +173,7 @@ def sharded_sums(
         mine = shard.all_to_all(keys, sent, recv_rows)
         del keys
         # W sorted runs: a merge (NumPy's stable sort) on CPU.
-        col = SortedKeys(sort_keys_(mine, runs=True), scores.dtype, pos_per_range[rank], compact)
+        col = SortedKeys(sort_keys_(mine, runs=True), dtype, pos_per_range[rank], compact)
     else:
         mine_scores = shard.all_to_all(sorted_scores, sent, recv_rows)
         mine_labels = shard.all_to_all(sorted_labels.to(torch.uint8), sent, recv_rows)

@@ -428,17 +428,23 @@ class _VarlenMetric(_SyncedMetric):
         compact = all(r["info"]["compact"] for r in checked.records)
         comm = comm_device(group, self.num_samples.device)
         shard = Shard(group, self.sync_timeout, what, comm)
-        rows = {
-            "preds": self._rows("preds").to(device=comm, dtype=checked.layouts["preds"][0]),
-            "target": self._rows("target").to(comm),
-        }
+        dtype = checked.layouts["preds"][0]
         kept = None
+        problems: list[tuple[Any, Any]]
         if "ids" in {r["unset_ok"]["dedup"] for r in checked.records}:
-            rows["ids"], rows["ids_sub"] = self._rows("ids").to(comm), self._rows("ids_sub").to(comm)
+            rows = {name: self._rows(name).to(comm) for name in names}
+            rows["preds"] = rows["preds"].to(dtype)
             rows, kept = self._dedup_sharded(shard, route_rows_by_id(shard, rows, rows["ids"]))
+            problems = binary_problems(rows.pop("preds"), rows.pop("target"), self.task, self.average)
+        elif self.task == "binary":
+            # The stored batches go straight into the sort keys, never concatenated.
+            problems = [([p.to(device=comm, dtype=dtype) for p in preds], [t.to(comm) for t in self._pieces("target")])]
+        else:
+            preds_rows, target_rows = self._rows("preds").to(device=comm, dtype=dtype), self._rows("target").to(comm)
+            problems = binary_problems(preds_rows, target_rows, self.task, self.average)
+            del preds_rows, target_rows
         self._report(kept, info=[r["info"] for r in checked.records])
         area, ap = self._wanted_sums
-        problems = binary_problems(rows.pop("preds"), rows.pop("target"), self.task, self.average)
         sums = []
         while problems:
             scores, labels = problems.pop(0)
