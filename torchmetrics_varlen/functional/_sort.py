@@ -152,11 +152,14 @@ def sorted_keys(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tens
     return SortedKeys(sort_keys_(encode(preds, target, compact)), dtype, n_pos, compact)
 
 
-def column(preds: Tensor, target: Tensor) -> Column:
-    """One binary problem in its cheapest exact form: sorted keys, or counts for float64 scores."""
+def column(preds: Tensor, target: Tensor, with_scores: bool = True) -> Column:
+    """One binary problem in its cheapest exact form: sorted keys, or counts for float64 scores.
+
+    ``with_scores`` only matters for counts (keys decode their thresholds on demand).
+    """
     if packable(preds.dtype):
         return sorted_keys(preds, target)
-    return ascending_counts(preds, target, with_scores=True)
+    return ascending_counts(preds, target, with_scores)
 
 
 def _run_ends(sorted_values: Tensor) -> Tensor:

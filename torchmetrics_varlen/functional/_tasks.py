@@ -10,6 +10,7 @@ Stored forms, one row per sample after flattening extra dimensions:
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -17,8 +18,8 @@ from torch import Tensor
 
 from torchmetrics_varlen._checks import validate_binary_tensors
 from torchmetrics_varlen.functional._hist import BINS, counts_from_histogram, histogram
-from torchmetrics_varlen.functional._ranking import _binned_confmat, _format_binary
-from torchmetrics_varlen.functional._sort import Column, ascending_counts, column, packable
+from torchmetrics_varlen.functional._ranking import RankSums, _binned_confmat, _format_binary
+from torchmetrics_varlen.functional._sort import Column, column
 
 Task = Literal["binary", "multiclass", "multilabel"]
 Average = Literal["micro", "macro", "weighted", "none"] | None
@@ -243,10 +244,6 @@ def histogram_state(preds: Tensor, target: Tensor, task: str, dtype: torch.dtype
     return torch.stack([histogram(s, p, dtype) for s, p in columns(preds, target, task)])
 
 
-def _exact(preds: Tensor, target: Tensor, with_scores: bool) -> Column:
-    return column(preds, target) if packable(preds.dtype) else ascending_counts(preds, target, with_scores)
-
-
 def binary_problems(preds: Tensor, target: Tensor, task: str, average: Average) -> list[tuple[Tensor, Tensor]]:
     """``(scores, positives)`` of every binary problem of ``task`` (one for binary and multilabel-micro)."""
     if task == "binary":
@@ -261,7 +258,7 @@ def exact_columns(preds: Tensor, target: Tensor, task: str, average: Average, wi
 
     ``with_scores`` only matters for float64 scores (16/32-bit thresholds are decoded from the keys on demand).
     """
-    return [_exact(s, p, with_scores) for s, p in binary_problems(preds, target, task, average)]
+    return [column(s, p, with_scores) for s, p in binary_problems(preds, target, task, average)]
 
 
 def histogram_columns(hist: Tensor, dtype: torch.dtype, task: str, average: Average, with_scores: bool) -> list[Column]:
@@ -271,6 +268,25 @@ def histogram_columns(hist: Tensor, dtype: torch.dtype, task: str, average: Aver
     if task == "multilabel" and average == "micro":
         return [counts_from_histogram(hist.sum(0), dtype, with_scores)]
     return [counts_from_histogram(h, dtype, with_scores) for h in hist]
+
+
+def reduce_sums(
+    sums: list[RankSums],
+    task: str,
+    average: Average,
+    device: torch.device,
+    value: Callable[[RankSums, torch.device, bool], Tensor],
+    defined: Callable[[RankSums], bool],
+    what: str,
+) -> Tensor:
+    """``value`` of each binary problem from its :class:`RankSums` (NaN where not ``defined``), reduced by
+    ``average``; a single problem (binary, multilabel-micro) keeps ``value``'s own warnings.
+    """
+    if single(task, average):
+        return value(sums[0], device, True)
+    values = [float(value(s, device, False)) if defined(s) else float("nan") for s in sums]
+    support = torch.tensor([s.n_pos for s in sums], device=device)
+    return reduce_columns(torch.tensor(values, dtype=torch.float64, device=device), support, average, what)
 
 
 def single(task: str, average: Average) -> bool:

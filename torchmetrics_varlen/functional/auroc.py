@@ -17,7 +17,7 @@ from torchmetrics_varlen.functional._tasks import (
     histogram_columns,
     histogram_state,
     reduce_columns,
-    single,
+    reduce_sums,
     validate_inputs,
     validate_task_args,
 )
@@ -49,15 +49,7 @@ def _from_columns(cols: list[Column], task: str, average: Average, max_fpr: floa
 
 def _from_sums(sums: list[RankSums], task: str, average: Average, device: torch.device) -> Tensor:
     """AUROC of each binary problem from its :class:`RankSums`, reduced by ``average``."""
-    if single(task, average):
-        return auroc_from_sums(sums[0], device)
-    values, support = [], []
-    for s in sums:
-        support.append(s.n_pos)
-        defined = s.n_pos and s.n_all - s.n_pos
-        values.append(float(auroc_from_sums(s, device, warn=False)) if defined else float("nan"))
-    values_t = torch.tensor(values, dtype=torch.float64, device=device)
-    return reduce_columns(values_t, torch.tensor(support, device=device), average, "AUROC")
+    return reduce_sums(sums, task, average, device, auroc_from_sums, lambda s: 0 < s.n_pos < s.n_all, "AUROC")
 
 
 def _compute(preds: Tensor, target: Tensor, task: str, average: Average, max_fpr: float | None) -> Tensor:

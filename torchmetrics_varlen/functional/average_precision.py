@@ -22,7 +22,7 @@ from torchmetrics_varlen.functional._tasks import (
     histogram_columns,
     histogram_state,
     reduce_columns,
-    single,
+    reduce_sums,
     validate_inputs,
     validate_task_args,
 )
@@ -48,14 +48,9 @@ def _from_columns(cols: list[Column], task: str, average: Average) -> Tensor:
 
 def _from_sums(sums: list[RankSums], task: str, average: Average, device: torch.device) -> Tensor:
     """Average precision of each binary problem from its :class:`RankSums`, reduced by ``average``."""
-    if single(task, average):
-        return average_precision_from_sums(sums[0], device)
-    values, support = [], []
-    for s in sums:
-        support.append(s.n_pos)
-        values.append(float(average_precision_from_sums(s, device, warn=False)) if s.n_pos else float("nan"))
-    values_t = torch.tensor(values, dtype=torch.float64, device=device)
-    return reduce_columns(values_t, torch.tensor(support, device=device), average, "Average precision")
+    return reduce_sums(
+        sums, task, average, device, average_precision_from_sums, lambda s: s.n_pos > 0, "Average precision"
+    )
 
 
 def _compute(preds: Tensor, target: Tensor, task: str, average: Average) -> Tensor:
