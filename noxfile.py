@@ -1,4 +1,4 @@
-"""Developer sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s typecheck``, ``nox -s property``.
+"""Developer sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s typecheck``, ``nox -s property``, ``nox -s build``.
 
 Plain virtualenv + pip on purpose: pip finds the local CPU build of ``torch==2.13.0`` on this project's machines,
 uv would download a multi-GB CUDA build.
@@ -6,10 +6,13 @@ uv would download a multi-GB CUDA build.
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import nox
 
 nox.options.default_venv_backend = "virtualenv"
-nox.options.sessions = ["lint", "typecheck", "tests", "docs"]
+nox.options.sessions = ["lint", "typecheck", "tests", "docs", "build"]
 
 TORCH = "torch==2.13.0"
 
@@ -53,6 +56,16 @@ def docs(session: nox.Session) -> None:
     session.install(".[test,docs]")
     session.run("python", "docs/make_figures.py")
     session.run("mkdocs", "build", "--strict", "-f", "docs/mkdocs.yml")
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """The release artifacts: sdist and wheel into ``dist/`` (``python -m build``), then ``twine check --strict``."""
+    session.install("build>=1.2", "twine>=6.1")
+    dist = Path("dist")
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("python", "-m", "build", "--outdir", str(dist))
+    session.run("twine", "check", "--strict", *sorted(str(p) for p in dist.iterdir()))
 
 
 @nox.session(default=False)
