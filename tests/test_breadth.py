@@ -7,6 +7,7 @@ import warnings
 import pytest
 import torch
 from _data import scores_and_labels
+from _float32 import f32
 from sklearn.metrics import precision_recall_curve as sk_pr_curve
 from sklearn.metrics import roc_auc_score, roc_curve
 from torchmetrics.functional.classification import (
@@ -109,7 +110,8 @@ def test_group_auroc_equals_per_group_sklearn_loop(weighting: str, ties: bool) -
     preds, target = scores_and_labels(600, 5, ties=ties)
     groups = torch.randint(-3, 40, (600,), generator=torch.Generator().manual_seed(5)) * 1000
     expected = _group_reference(preds, target, groups, weighting)
-    assert float(group_auroc(preds, target, groups, weighting=weighting)) == pytest.approx(expected, abs=1e-12)  # type: ignore[arg-type]
+    value = group_auroc(preds, target, groups, weighting=weighting)  # type: ignore[arg-type]
+    assert float(value) == pytest.approx(f32(expected), abs=1e-12)  # type: ignore[arg-type]
     detail = group_auroc(preds, target, groups, weighting=weighting, return_per_group=True)  # type: ignore[arg-type]
     assert torch.equal(detail.groups, groups.unique())
     one_class = [int(g) for g in groups.unique() if target[groups == g].unique().numel() < 2]
@@ -119,7 +121,7 @@ def test_group_auroc_equals_per_group_sklearn_loop(weighting: str, ties: bool) -
             assert value != value  # NaN
         else:
             mask = groups == g
-            assert value == pytest.approx(roc_auc_score(target[mask], preds[mask]), abs=1e-12)
+            assert value == pytest.approx(f32(roc_auc_score(target[mask], preds[mask])), abs=1e-12)
 
 
 def test_group_auroc_metric_with_row_groups_and_ids() -> None:
@@ -129,7 +131,7 @@ def test_group_auroc_metric_with_row_groups_and_ids() -> None:
     metric.update(preds[:120], target[:120], groups=groups[:120], sample_ids=torch.arange(120))
     metric.update(preds[100:], target[100:], groups=groups[100:], sample_ids=torch.arange(100, 200))
     result = metric.compute()
-    assert float(result.value) == pytest.approx(_group_reference(preds, target, groups, "samples"), abs=1e-12)
+    assert float(result.value) == pytest.approx(f32(_group_reference(preds, target, groups, "samples")), abs=1e-12)
     with pytest.raises(ValueError, match="Expected `groups` to be an integer tensor"):
         metric.update(preds[:2], target[:2], groups=torch.tensor([0.5, 1.5]), sample_ids=torch.arange(2))
 
@@ -154,8 +156,8 @@ def test_best_f1_equals_brute_force_over_sklearn_pr_curve(n: int, seed: int, tie
     preds, target = scores_and_labels(n, seed, ties=ties)
     f1, thr = best_f1(preds, target)
     exp_f1, exp_thr = _brute_best_f1(preds, target)
-    assert float(f1) == pytest.approx(exp_f1, abs=1e-12)
-    assert float(thr) == pytest.approx(exp_thr, abs=1e-12)
+    assert float(f1) == pytest.approx(f32(exp_f1), abs=1e-12)
+    assert float(thr) == pytest.approx(exp_thr, abs=1e-12)  # a score: in the scores' dtype (float64 here)
     hard = (preds >= thr).long()
     from sklearn.metrics import f1_score
 

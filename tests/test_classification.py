@@ -7,6 +7,7 @@ import pickle
 import pytest
 import torch
 from _data import scores_and_labels
+from _float32 import f32
 from sklearn.metrics import average_precision_score, roc_auc_score
 from torchmetrics.classification import BinaryAUROC, BinaryAveragePrecision
 
@@ -44,7 +45,7 @@ def test_max_fpr_same_as_torchmetrics_and_sklearn(max_fpr: float) -> None:
     a.update(preds.float(), target)
     b.update(preds.float(), target)
     assert float(a.compute()) == pytest.approx(float(b.compute()), abs=1e-6)
-    assert float(a.compute()) == pytest.approx(roc_auc_score(target, preds, max_fpr=max_fpr), abs=1e-12)
+    assert float(a.compute()) == pytest.approx(f32(roc_auc_score(target, preds, max_fpr=max_fpr)), abs=1e-12)
 
 
 @pytest.mark.parametrize(
@@ -59,7 +60,7 @@ def test_2d_batches_and_ignore_index(ours: type, reference: object) -> None:
     metric.update(preds[:40].view(4, 10), target[:40].view(4, 10))
     metric.update(preds[40:].view(8, 10), target[40:].view(8, 10))
     keep = target != -100
-    assert float(metric.compute()) == pytest.approx(reference(target[keep], preds[keep]), abs=1e-12)  # type: ignore[operator]
+    assert float(metric.compute()) == pytest.approx(f32(reference(target[keep], preds[keep])), abs=1e-12)  # type: ignore[operator]
     assert int(metric.num_samples) == int(keep.sum())
 
 
@@ -67,11 +68,11 @@ def test_forward_returns_batch_value_and_accumulates() -> None:
     metric = VarlenAUROC()
     batches = _batches(200, 4, [100, 100])
     first = metric(*batches[0])
-    assert float(first) == pytest.approx(roc_auc_score(batches[0][1], batches[0][0]), abs=1e-12)
+    assert float(first) == pytest.approx(f32(roc_auc_score(batches[0][1], batches[0][0])), abs=1e-12)
     metric(*batches[1])
     preds = torch.cat([b[0] for b in batches])
     target = torch.cat([b[1] for b in batches])
-    assert float(metric.compute()) == pytest.approx(roc_auc_score(target, preds), abs=1e-12)
+    assert float(metric.compute()) == pytest.approx(f32(roc_auc_score(target, preds)), abs=1e-12)
 
 
 def test_reset_and_compute_twice() -> None:
@@ -82,7 +83,7 @@ def test_reset_and_compute_twice() -> None:
     assert torch.equal(metric.compute(), first)
     metric.reset()
     metric.update(preds[:20], target[:20])
-    assert float(metric.compute()) == pytest.approx(average_precision_score(target[:20], preds[:20]), abs=1e-12)
+    assert float(metric.compute()) == pytest.approx(f32(average_precision_score(target[:20], preds[:20])), abs=1e-12)
 
 
 @pytest.mark.parametrize(
@@ -113,7 +114,7 @@ def test_metric_keywords_are_accepted() -> None:
     metric = VarlenAUROC(compute_on_cpu=True, sync_on_compute=False, process_group=None, dist_sync_on_step=False)
     preds, target = scores_and_labels(30, 7)
     metric.update(preds, target)
-    assert float(metric.compute()) == pytest.approx(roc_auc_score(target, preds), abs=1e-12)
+    assert float(metric.compute()) == pytest.approx(f32(roc_auc_score(target, preds)), abs=1e-12)
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 import torch
+from _float32 import f32
 from sklearn.metrics import average_precision_score, roc_auc_score
 from torchmetrics.functional.classification import binary_auroc, binary_average_precision
 
@@ -26,11 +27,13 @@ CASES = [(2, 0, None), (3, 1, None), (10, 2, None), (257, 3, None), (5000, 4, No
 
 @pytest.mark.parametrize(("n", "seed", "levels"), CASES)
 def test_auroc_equals_sklearn(n: int, seed: int, levels: int | None) -> None:
-    """Random data, heavy ties and tiny inputs: exact AUROC within 1e-12 of roc_auc_score."""
+    """Random data, heavy ties and tiny inputs: exact AUROC, roc_auc_score rounded to float32 (the output dtype)."""
     preds, target = _data(n, seed, levels)
     if target.unique().numel() < 2:
         target[0] = 1 - target[0]
-    assert float(auroc(preds, target)) == pytest.approx(roc_auc_score(target, preds), abs=1e-12)
+    value = auroc(preds, target)
+    assert value.dtype == torch.float32
+    assert float(value) == pytest.approx(f32(roc_auc_score(target, preds)), abs=1e-12)
 
 
 @pytest.mark.parametrize(("n", "seed", "levels"), CASES)
@@ -41,16 +44,18 @@ def test_partial_auroc_equals_sklearn(n: int, seed: int, levels: int | None, max
     if target.unique().numel() < 2:
         target[0] = 1 - target[0]
     expected = roc_auc_score(target, preds, max_fpr=max_fpr)
-    assert float(auroc(preds, target, max_fpr=max_fpr)) == pytest.approx(expected, abs=1e-12)
+    assert float(auroc(preds, target, max_fpr=max_fpr)) == pytest.approx(f32(expected), abs=1e-12)
 
 
 @pytest.mark.parametrize(("n", "seed", "levels"), CASES)
 def test_average_precision_equals_sklearn(n: int, seed: int, levels: int | None) -> None:
-    """Exact AP within 1e-12 of average_precision_score, ties included."""
+    """Exact AP: average_precision_score rounded to float32, ties included."""
     preds, target = _data(n, seed, levels)
     if not target.any():
         target[0] = 1
-    assert float(average_precision(preds, target)) == pytest.approx(average_precision_score(target, preds), abs=1e-12)
+    value = average_precision(preds, target)
+    assert value.dtype == torch.float32
+    assert float(value) == pytest.approx(f32(average_precision_score(target, preds)), abs=1e-12)
 
 
 @pytest.mark.parametrize(("n", "seed", "levels"), CASES[2:])
@@ -67,24 +72,34 @@ def test_all_equal_scores() -> None:
     """All scores tied: one step from (0, 0) to (1, 1), AUROC 0.5 and AP the positive rate."""
     target = torch.tensor([0, 1, 1, 0, 1])
     preds = torch.full((5,), 0.3)
-    assert float(auroc(preds, target)) == pytest.approx(roc_auc_score(target, preds), abs=1e-12)
-    assert float(average_precision(preds, target)) == pytest.approx(0.6, abs=1e-12)
+    assert float(auroc(preds, target)) == pytest.approx(f32(roc_auc_score(target, preds)), abs=1e-12)
+    assert float(average_precision(preds, target)) == pytest.approx(f32(0.6), abs=1e-12)
 
 
 def test_order_does_not_change_a_single_bit() -> None:
-    """The value depends on the multiset of samples only: any permutation gives the same float64."""
+    """The value depends on the multiset of samples only: any permutation gives the same bits."""
     preds, target = _data(3000, 9, levels=50)
     perm = torch.randperm(3000, generator=torch.Generator().manual_seed(1))
     assert auroc(preds, target).item() == auroc(preds[perm], target[perm]).item()
     assert average_precision(preds, target).item() == average_precision(preds[perm], target[perm]).item()
 
 
-def test_logits_rank_like_probabilities() -> None:
-    """Logits are ranked as they are, including values where a float32 sigmoid would saturate into ties."""
+def test_logits_are_normalised_like_torchmetrics_or_ranked_raw() -> None:
+    """By default a batch of logits goes through torchmetrics' sigmoid (float32 saturation included: 17, 20, 25
+    and 30 all become 1.0, ties); ``normalization=None`` ranks the logits as they are.
+    """
     logits = torch.tensor([17.0, 20.0, -3.0, 25.0, 30.0], dtype=torch.float32)
     target = torch.tensor([0, 1, 0, 0, 1])
-    assert float(auroc(logits, target)) == pytest.approx(roc_auc_score(target, logits), abs=1e-12)
-    assert float(average_precision(logits, target)) == pytest.approx(average_precision_score(target, logits), abs=1e-12)
+    probs = logits.sigmoid()
+    assert float(auroc(logits, target)) == pytest.approx(f32(roc_auc_score(target, probs)), abs=1e-12)
+    assert float(auroc(logits, target)) == pytest.approx(float(binary_auroc(logits, target)), abs=1e-6)
+    ap = average_precision(logits, target)
+    assert float(ap) == pytest.approx(f32(average_precision_score(target, probs)), abs=1e-12)
+    assert float(ap) == pytest.approx(float(binary_average_precision(logits, target)), abs=1e-6)
+    raw_auroc = auroc(logits, target, normalization=None)
+    assert float(raw_auroc) == pytest.approx(f32(roc_auc_score(target, logits)), abs=1e-12)
+    raw_ap = average_precision(logits, target, normalization=None)
+    assert float(raw_ap) == pytest.approx(f32(average_precision_score(target, logits)), abs=1e-12)
 
 
 def test_any_shape_is_flattened_and_ignore_index_dropped() -> None:
@@ -95,15 +110,15 @@ def test_any_shape_is_flattened_and_ignore_index_dropped() -> None:
     keep = target2 != -100
     expected = roc_auc_score(target[keep], preds[keep])
     got = auroc(preds.view(6, 10), target2.view(6, 10), ignore_index=-100)
-    assert float(got) == pytest.approx(expected, abs=1e-12)
+    assert float(got) == pytest.approx(f32(expected), abs=1e-12)
     ap = average_precision(preds.view(6, 10), target2.view(6, 10), ignore_index=-100)
-    assert float(ap) == pytest.approx(average_precision_score(target[keep], preds[keep]), abs=1e-12)
+    assert float(ap) == pytest.approx(f32(average_precision_score(target[keep], preds[keep])), abs=1e-12)
 
 
 @pytest.mark.parametrize("thresholds", [2, 5, 100, [0.0, 0.3, 0.5, 0.9], torch.tensor([0.1, 0.2, 0.7, 1.0])])
 @pytest.mark.parametrize("max_fpr", [None, 0.4])
 def test_binned_equals_torchmetrics(thresholds: int | list[float] | torch.Tensor, max_fpr: float | None) -> None:
-    """Binned mode reproduces torchmetrics' binned AUROC / AP (float32 there, float64 here)."""
+    """Binned mode reproduces torchmetrics' binned AUROC / AP (float32 there, float64 inside here)."""
     preds, target = _data(700, 11)
     p = preds.float()
     assert float(auroc(p, target, thresholds=thresholds, max_fpr=max_fpr)) == pytest.approx(
@@ -173,7 +188,9 @@ def test_bad_arguments(kwargs: dict[str, object], match: str) -> None:
     [
         (torch.rand(3), torch.tensor([0, 1]), r"same shape, but got \(3,\) and \(2,\)"),
         (torch.tensor([1, 0]), torch.tensor([0, 1]), r"`preds` to be a floating point tensor.*torch.int64"),
-        (torch.rand(2), torch.tensor([0.0, 1.0]), r"`target` to be an integer or bool tensor"),
+        (torch.rand(2), torch.tensor([0.0, 0.5]), r"`target` to hold only \{0, 1\}, but found values \[0.0, 0.5\]"),
+        (torch.rand(2), torch.tensor([0.0, float("nan")]), r"`target` to hold only \{0, 1\}, but found values"),
+        (torch.rand(2), torch.tensor([0, 1j]), r"`target` to be an integer, bool or floating point tensor"),
         (torch.tensor([0.1, float("nan")]), torch.tensor([0, 1]), r"found 1 NaN or infinite value"),
         (torch.tensor([0.1, float("inf")]), torch.tensor([0, 1]), r"found 1 NaN or infinite value\(s\) \(first: inf\)"),
         (torch.rand(3), torch.tensor([0, 1, 2]), r"`target` to hold only \{0, 1\}, but found values \[0, 1, 2\]"),
@@ -204,7 +221,9 @@ def test_every_float_dtype_ranks_exactly_including_negative_scores_and_signed_ze
     target = torch.randint(0, 2, (values.numel(),), generator=gen)
     target[-10:] = torch.tensor([1, 0, 0, 1, 1, 0, 1, 0, 1, 0])
     as64 = values.double().numpy()
-    assert float(auroc(values, target)) == pytest.approx(roc_auc_score(target, as64), abs=1e-12)
-    assert float(average_precision(values, target)) == pytest.approx(average_precision_score(target, as64), abs=1e-12)
+    raw = {"normalization": None}  # the raw scores, not their sigmoid
+    assert float(auroc(values, target, **raw)) == pytest.approx(f32(roc_auc_score(target, as64)), abs=1e-12)
+    ap = average_precision(values, target, **raw)
+    assert float(ap) == pytest.approx(f32(average_precision_score(target, as64)), abs=1e-12)
     zeros = torch.tensor([-0.0, 0.0, 0.5], dtype=dtype)
     assert float(auroc(zeros, torch.tensor([1, 0, 1]))) == pytest.approx(0.75, abs=1e-12)  # -0.0 ties with +0.0

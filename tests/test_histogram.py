@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _float32 import f32
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from torchmetrics_varlen import VarlenAUROC, VarlenAveragePrecision, VarlenBestF1, VarlenPrecisionRecallCurve, VarlenROC
 from torchmetrics_varlen.functional import auroc, average_precision, best_f1, precision_recall_curve, roc
 
 DTYPES = [torch.float16, torch.bfloat16]
+RAW = {"normalization": None}  # the 16-bit rounding of the logits themselves, not of their sigmoid
 
 
 def _data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -24,18 +26,19 @@ def test_histogram_equals_sklearn_and_the_sort_path_on_rounded_scores(dtype: tor
     preds, target = _data(20000, 1)
     rounded = preds.to(dtype)
     for ours, fn in [(auroc, roc_auc_score), (average_precision, average_precision_score)]:
-        value = ours(preds, target, thresholds=dtype)
-        assert float(value) == pytest.approx(fn(target, rounded.double()), abs=1e-12)
-        assert value.item() == ours(rounded, target).item()  # bit for bit the sort-based value
-    assert float(auroc(preds, target, thresholds=dtype, max_fpr=0.2)) == pytest.approx(
-        roc_auc_score(target, rounded.double(), max_fpr=0.2), abs=1e-12
+        value = ours(preds, target, thresholds=dtype, **RAW)
+        assert float(value) == pytest.approx(f32(fn(target, rounded.double())), abs=1e-12)
+        assert value.item() == ours(rounded, target, **RAW).item()  # bit for bit the sort-based value
+    assert float(auroc(preds, target, thresholds=dtype, max_fpr=0.2, **RAW)) == pytest.approx(
+        f32(roc_auc_score(target, rounded.double(), max_fpr=0.2)), abs=1e-12
     )
     for curve_fn in (roc, precision_recall_curve):
-        for a, b in zip(curve_fn(preds, target, thresholds=dtype), curve_fn(rounded, target), strict=True):
+        ours_curve = curve_fn(preds, target, thresholds=dtype, **RAW)
+        for a, b in zip(ours_curve, curve_fn(rounded, target, **RAW), strict=True):
             torch.testing.assert_close(a.double(), b.double(), atol=0, rtol=0)  # type: ignore[union-attr]
-    f1, thr = best_f1(rounded, target)
-    assert float(f1) == float(best_f1(rounded.float(), target)[0])
-    assert thr.item() == best_f1(rounded.float(), target)[1].item()
+    f1, thr = best_f1(rounded, target, **RAW)
+    assert float(f1) == float(best_f1(rounded.float(), target, **RAW)[0])
+    assert thr.item() == best_f1(rounded.float(), target, **RAW)[1].item()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -69,8 +72,8 @@ def test_histogram_state_does_not_grow_with_n() -> None:
 )
 def test_histogram_metric_classes_equal_exact_on_rounded_scores_with_dataset_size(cls: type) -> None:
     preds, target = _data(3000, 5)
-    hist_metric = cls(thresholds=torch.float16, dataset_size=2900)
-    exact_metric = cls(dataset_size=2900)
+    hist_metric = cls(thresholds=torch.float16, dataset_size=2900, **RAW)
+    exact_metric = cls(dataset_size=2900, **RAW)
     for start in range(0, 3000, 700):
         hist_metric.update(preds[start : start + 700], target[start : start + 700])
         exact_metric.update(preds[start : start + 700].half(), target[start : start + 700])

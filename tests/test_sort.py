@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _float32 import f32
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
 from torchmetrics_varlen.functional import _sort, auroc, average_precision, roc
 from torchmetrics_varlen.functional._ranking import rank_sums
+
+RAW = {"normalization": None}  # rank the scores themselves (logits included), not their sigmoid
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -52,7 +55,7 @@ def test_compact_and_wide_keys_give_the_same_bits(dtype: torch.dtype) -> None:
     wide = _sort.SortedKeys(wide_keys, dtype, int(target.sum()), False)
     assert rank_sums(compact) == rank_sums(wide)
     torch.testing.assert_close(_sort.materialize(compact, True), _sort.materialize(wide, True), atol=0, rtol=0)
-    assert float(auroc(probs, target)) == pytest.approx(roc_auc_score(target, probs.double()), abs=1e-12)
+    assert float(auroc(probs, target)) == pytest.approx(f32(roc_auc_score(target, probs.double())), abs=1e-12)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -72,10 +75,10 @@ def test_streamed_sums_match_sklearn_for_any_chunk_size(
     monkeypatch.setattr(_sort, "CHUNK", chunk)
     reference = preds.double().numpy()
     if target.unique().numel() == 2:
-        assert float(auroc(preds, target)) == pytest.approx(roc_auc_score(target, reference), abs=1e-12)
+        assert float(auroc(preds, target, **RAW)) == pytest.approx(f32(roc_auc_score(target, reference)), abs=1e-12)
     if int(target.sum()):
-        assert float(average_precision(preds, target)) == pytest.approx(
-            average_precision_score(target, reference), abs=1e-12
+        assert float(average_precision(preds, target, **RAW)) == pytest.approx(
+            f32(average_precision_score(target, reference)), abs=1e-12
         )
 
 
@@ -89,8 +92,8 @@ def test_keys_and_counts_stream_the_same_bits(monkeypatch: pytest.MonkeyPatch, c
     assert isinstance(keys, _sort.SortedKeys)
     assert isinstance(counts, _sort.Counts)
     assert rank_sums(keys) == rank_sums(counts)
-    assert average_precision(preds, target).item() == average_precision(preds.double(), target).item()
-    assert auroc(preds, target).item() == auroc(preds.double(), target).item()
+    assert average_precision(preds, target, **RAW).item() == average_precision(preds.double(), target, **RAW).item()
+    assert auroc(preds, target, **RAW).item() == auroc(preds.double(), target, **RAW).item()
 
 
 def test_area_does_not_depend_on_the_chunk_size(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -104,11 +107,11 @@ def test_area_does_not_depend_on_the_chunk_size(monkeypatch: pytest.MonkeyPatch)
 
 def test_thresholds_are_decoded_from_the_keys() -> None:
     preds, target = _data(500, 5, 8, torch.float32)
-    fpr, tpr, thr = roc(preds, target)
+    fpr, tpr, thr = roc(preds, target, **RAW)
     sk_fpr, sk_tpr, sk_thr = roc_curve(target, preds.double(), drop_intermediate=False)
     assert torch.equal(thr[1:].double(), torch.from_numpy(sk_thr[1:]))
-    torch.testing.assert_close(fpr, torch.from_numpy(sk_fpr), atol=1e-12, rtol=0)
-    torch.testing.assert_close(tpr, torch.from_numpy(sk_tpr), atol=1e-12, rtol=0)
+    torch.testing.assert_close(fpr, torch.from_numpy(sk_fpr).float(), atol=1e-12, rtol=0)  # float32 rates
+    torch.testing.assert_close(tpr, torch.from_numpy(sk_tpr).float(), atol=1e-12, rtol=0)
 
 
 def test_in_place_sort_leaves_the_inputs_alone() -> None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from torch import Tensor
 
 Thresholds = int | list[float] | Tensor | torch.dtype | None
+Normalization = Literal["sigmoid", "softmax"] | None
+NORMALIZATIONS = ("sigmoid", "softmax", None)
 HIST_DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -51,6 +55,23 @@ def validate_ranking_args(
         raise ValueError(msg)
 
 
+def validate_normalization(normalization: Normalization) -> None:
+    """Check torchmetrics' ``normalization`` argument: ``"sigmoid"``, ``"softmax"`` or ``None``."""
+    if normalization not in NORMALIZATIONS:
+        msg = f"Expected argument `normalization` to be 'sigmoid', 'softmax' or None, but got {normalization!r}."
+        raise ValueError(msg)
+
+
+def check_binary_normalization(scores: Tensor, normalization: Normalization) -> None:
+    """Binary scores outside [0, 1] cannot be softmaxed (one score per sample, no class dimension)."""
+    if normalization == "softmax" and scores.numel() and not bool(((scores >= 0) & (scores <= 1)).all()):
+        msg = (
+            "Expected `normalization` to be 'sigmoid' or None for binary scores outside [0, 1] (softmax needs a class"
+            f" dimension; use task='multiclass'), but got {normalization!r}."
+        )
+        raise ValueError(msg)
+
+
 def threshold_tensor(thresholds: Thresholds, device: torch.device | None = None) -> Tensor | None:
     """Turn the ``thresholds`` argument into a float tensor (``int`` means ``linspace(0, 1, n)``); ``None`` for the
     exact and the 16-bit histogram modes.
@@ -64,8 +85,13 @@ def threshold_tensor(thresholds: Thresholds, device: torch.device | None = None)
     return thresholds.to(device) if device is not None else thresholds
 
 
-def validate_binary_tensors(preds: Tensor, target: Tensor, ignore_index: int | None = None) -> None:
-    """Check one batch of binary scores and labels; raise a ``ValueError`` that names the problem."""
+def validate_binary_tensors(
+    preds: Tensor, target: Tensor, ignore_index: int | None = None, normalization: Normalization = None
+) -> None:
+    """Check one batch of binary scores and labels; raise a ``ValueError`` that names the problem.
+
+    Labels may be integer, bool or floating point (``0.0`` / ``1.0``, as torchmetrics' ``BinaryAUROC`` accepts).
+    """
     if not isinstance(preds, Tensor) or not isinstance(target, Tensor):
         msg = (
             f"Expected `preds` and `target` to be tensors, but got {type(preds).__name__} and {type(target).__name__}."
@@ -80,8 +106,11 @@ def validate_binary_tensors(preds: Tensor, target: Tensor, ignore_index: int | N
     if not preds.is_floating_point():
         msg = f"Expected `preds` to be a floating point tensor of scores or logits, but got dtype {preds.dtype}."
         raise ValueError(msg)
-    if target.is_floating_point() or target.is_complex():
-        msg = f"Expected `target` to be an integer or bool tensor of labels in {{0, 1}}, but got dtype {target.dtype}."
+    if target.is_complex():
+        msg = (
+            "Expected `target` to be an integer, bool or floating point tensor of labels in {0, 1},"
+            f" but got dtype {target.dtype}."
+        )
         raise ValueError(msg)
     keep = target != ignore_index if ignore_index is not None else None
     scores = preds if keep is None else preds[keep]
@@ -92,6 +121,7 @@ def validate_binary_tensors(preds: Tensor, target: Tensor, ignore_index: int | N
             f" (first: {bad[0].item()}). Check the model outputs before updating the metric."
         )
         raise ValueError(msg)
+    check_binary_normalization(scores, normalization)
     labels = target if keep is None else target[keep]
     if target.dtype != torch.bool and labels.numel() and bool(((labels != 0) & (labels != 1)).any()):
         found = torch.unique(labels).tolist()[:10]

@@ -3,9 +3,10 @@
 A metric keeps one row per sample in list states (exact mode) or a summed multi-threshold confusion matrix
 (binned mode). ``update`` validates, drops sampler padding, formats and appends; ``compute`` runs after one guarded
 sync, drops duplicate ids and hands the rows to the functional core.
-"""
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: ``torch.jit.script(metric)`` reads the class annotations of
+``_VarlenMetric`` to type the module's attributes, and TorchScript cannot resolve annotations kept as strings.
+"""
 
 import math
 import warnings
@@ -16,9 +17,11 @@ import torch.distributed as dist
 from torch import Tensor
 
 from torchmetrics_varlen._checks import (
+    Normalization,
     Thresholds,
     histogram_dtype,
     threshold_tensor,
+    validate_normalization,
     validate_ranking_args,
     validate_sample_ids,
 )
@@ -75,10 +78,11 @@ class _VarlenMetric(_SyncedMetric):
     higher_is_better = True
     full_state_update = False
 
-    preds: list[Tensor] | Tensor
-    target: list[Tensor] | Tensor
-    ids: list[Tensor] | Tensor
-    ids_sub: list[Tensor] | Tensor
+    # TorchScript types the attributes from these (resolvable objects; list states declared as torchmetrics does).
+    preds: list[Tensor]
+    target: list[Tensor]
+    ids: list[Tensor]
+    ids_sub: list[Tensor]
     confmat: Tensor
     hist: Tensor
     num_samples: Tensor
@@ -96,6 +100,7 @@ class _VarlenMetric(_SyncedMetric):
         thresholds: Thresholds = None,
         ignore_index: int | None = None,
         validate_args: bool = True,
+        normalization: Normalization = "sigmoid",
         dataset_size: int | None = None,
         sync_timeout: float | None = 60.0,
         compute_on_rank: int | None = None,
@@ -108,6 +113,7 @@ class _VarlenMetric(_SyncedMetric):
         validate_task_args(task, num_classes, num_labels, average)
         if validate_args:
             validate_ranking_args(thresholds=thresholds, ignore_index=ignore_index)
+            validate_normalization(normalization)
         if sync_timeout is not None and (isinstance(sync_timeout, bool) or not sync_timeout > 0):
             msg = (
                 "Expected argument `sync_timeout` to be a positive number of seconds or None,"
@@ -140,6 +146,7 @@ class _VarlenMetric(_SyncedMetric):
             raise ValueError(msg)
         self.ignore_index = ignore_index
         self.validate_args = validate_args
+        self.normalization = normalization
         self.sync_timeout = sync_timeout
         self.dataset_size = dataset_size
         self.compute_on_rank = compute_on_rank
@@ -169,6 +176,7 @@ class _VarlenMetric(_SyncedMetric):
             "average": average,
             "thresholds": thr.tolist() if thr is not None else (str(self._hist_dtype) if self._hist_dtype else None),
             "ignore_index": ignore_index,
+            "normalization": normalization,
             "dataset_size": dataset_size,
             "compute_on_rank": compute_on_rank,
             "compute_sharded": compute_sharded,
@@ -250,7 +258,7 @@ class _VarlenMetric(_SyncedMetric):
             expanded[name] = flat
             if name == "ids":
                 expanded["ids_sub"] = sub
-        scores, labels, kept = format_inputs(preds, target, self.task, self.ignore_index, self.thresholds is not None)
+        scores, labels, kept = format_inputs(preds, target, self.task, self.ignore_index, self.normalization)
         if kept is not None:
             expanded = {k: v[kept] for k, v in expanded.items()}
         if self._summed is None:
@@ -273,7 +281,9 @@ class _VarlenMetric(_SyncedMetric):
     ) -> None:
         try:
             if self.validate_args:
-                validate_inputs(preds, target, self.task, self.num_classes, self.num_labels, self.ignore_index)
+                validate_inputs(
+                    preds, target, self.task, self.num_classes, self.num_labels, self.ignore_index, self.normalization
+                )
                 shape = self._sample_shape(preds, target)
                 if sample_ids is not None:
                     validate_sample_ids(sample_ids, shape)
@@ -300,6 +310,7 @@ class _VarlenMetric(_SyncedMetric):
             )
             raise ValueError(msg)
 
+    @torch.jit.unused
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Update with the batch and return its own value; sampler positions continue from the global state."""
         kwargs.setdefault("_start", self._position)
@@ -488,7 +499,7 @@ class _RankingMetric(_VarlenMetric):
 
         Args:
             preds: Scores (see the class docstring for the shape of each task), floating point.
-            target: Labels, integer or bool.
+            target: Labels: integer, bool, or floating point holding whole numbers (``0.0`` / ``1.0``).
             sample_ids: Optional global integer ids, one per sample (shape ``(N,)``) or one per element of the
                 sample shape. After the sync each id counts once.
         """

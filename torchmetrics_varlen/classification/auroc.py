@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import Tensor
 
-from torchmetrics_varlen._checks import Thresholds
+from torchmetrics_varlen._checks import Normalization, Thresholds
 from torchmetrics_varlen.classification._base import _RankingMetric
 from torchmetrics_varlen.functional._ranking import RankSums
 from torchmetrics_varlen.functional._tasks import Average
@@ -17,16 +17,20 @@ class VarlenAUROC(_RankingMetric):
     r"""Area under the ROC curve, exact across ranks, uneven shards, empty ranks and sampler padding.
 
     Single process it is :class:`torchmetrics.classification.BinaryAUROC` with the same constructor and inputs
-    (``task="binary"``, the default): ``update(preds, target)`` with floating scores and integer labels in {0, 1}
-    of the same, any, shape. ``task="multiclass"`` (``preds (N, C, ...)``, ``target (N, ...)``, one-vs-rest) and
-    ``task="multilabel"`` (``preds``, ``target (N, L, ...)``) follow torchmetrics' ``MulticlassAUROC`` /
-    ``MultilabelAUROC``. Values equal torchmetrics' and scikit-learn's ``roc_auc_score``.
+    (``task="binary"``, the default): ``update(preds, target)`` with floating scores (probabilities or logits) and
+    labels in {0, 1} (integer, bool or floating point) of the same, any, shape. ``task="multiclass"``
+    (``preds (N, C, ...)``, ``target (N, ...)``, one-vs-rest) and ``task="multilabel"`` (``preds``,
+    ``target (N, L, ...)``) follow torchmetrics' ``MulticlassAUROC`` / ``MultilabelAUROC``. Values equal
+    torchmetrics' and scikit-learn's ``roc_auc_score`` and come back as float32, as torchmetrics returns them. As
+    torchmetrics, a batch with any score outside [0, 1] is taken for logits and normalised (sigmoid; softmax over
+    the classes for multiclass) before it is stored.
 
     Exact mode (``thresholds=None``) keeps every score and computes the area from integer counts per distinct
-    score (ties form one step), so the value depends only on the set of samples evaluated, never on how they were
-    split over ranks or batches. ``compute()`` on several ranks runs one guarded exchange: a check-in on the
-    process group's store (a missing rank becomes a :class:`~torchmetrics_varlen.MetricSyncError` after
-    ``sync_timeout`` seconds), then one exchange for all states, with ranks of any length, zero included.
+    score (ties form one step) in float64, rounded once to float32 at the end, so the value depends only on the set
+    of samples evaluated, never on how they were split over ranks or batches. ``compute()`` on several ranks runs
+    one guarded exchange: a check-in on the process group's store (a missing rank becomes a
+    :class:`~torchmetrics_varlen.MetricSyncError` after ``sync_timeout`` seconds), then one exchange for all states,
+    with ranks of any length, zero included.
 
     Padded duplicates from ``DistributedSampler(drop_last=False)`` are removed with ``dataset_size=len(dataset)``
     or by passing ``update(..., sample_ids=ids)``; ``sync_report`` tells what was evaluated.
@@ -36,6 +40,10 @@ class VarlenAUROC(_RankingMetric):
         thresholds: ``None`` (exact), or an int / list / 1-D tensor for torchmetrics' binned approximation.
         ignore_index: Target value whose positions are ignored.
         validate_args: Validate arguments and every batch (``ValueError`` in ``update()``, state unchanged).
+        normalization: How a batch with a score outside [0, 1] is normalised: ``"sigmoid"`` (torchmetrics'
+            behaviour; multiclass batches get the softmax), or ``None`` to rank raw scores (no float32 saturation of
+            large logits into ties). ``"softmax"`` is torchmetrics' option of the other binary classes: binary
+            batches then must hold probabilities.
         task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
         num_classes: Number of classes (multiclass).
         num_labels: Number of labels (multilabel).
@@ -58,7 +66,7 @@ class VarlenAUROC(_RankingMetric):
         >>> metric.update(tensor([0.1, 0.4]), tensor([0, 0]))
         >>> metric.update(tensor([0.35, 0.8]), tensor([1, 1]))
         >>> metric.compute()
-        tensor(0.7500, dtype=torch.float64)
+        tensor(0.7500)
     """
 
     def __init__(
@@ -68,6 +76,7 @@ class VarlenAUROC(_RankingMetric):
         ignore_index: int | None = None,
         validate_args: bool = True,
         *,
+        normalization: Normalization = "sigmoid",
         task: str = "binary",
         num_classes: int | None = None,
         num_labels: int | None = None,
@@ -90,6 +99,7 @@ class VarlenAUROC(_RankingMetric):
             thresholds=thresholds,
             ignore_index=ignore_index,
             validate_args=validate_args,
+            normalization=normalization,
             dataset_size=dataset_size,
             sync_timeout=sync_timeout,
             compute_on_rank=compute_on_rank,

@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import Tensor
 
-from torchmetrics_varlen._checks import Thresholds
+from torchmetrics_varlen._checks import Normalization, Thresholds
 from torchmetrics_varlen.classification._base import _RankingMetric
 from torchmetrics_varlen.functional._ranking import RankSums
 from torchmetrics_varlen.functional._tasks import Average
@@ -17,9 +17,10 @@ class VarlenAveragePrecision(_RankingMetric):
     r"""Average precision, exact across ranks, uneven shards, empty ranks and sampler padding.
 
     Single process it is :class:`torchmetrics.classification.BinaryAveragePrecision` with the same constructor and
-    inputs; ``task="multiclass"`` / ``"multilabel"`` follow torchmetrics' task classes. Exact values equal
-    scikit-learn's ``average_precision_score``: ``sum_k (R_k - R_{k-1}) P_k`` over distinct scores, ties as one
-    step, no interpolation.
+    inputs (logits normalised per batch, float 0/1 labels accepted, float32 values); ``task="multiclass"`` /
+    ``"multilabel"`` follow torchmetrics' task classes. Exact values equal scikit-learn's
+    ``average_precision_score``: ``sum_k (R_k - R_{k-1}) P_k`` over distinct scores, ties as one step, no
+    interpolation.
 
     Synchronisation, dedup (``dataset_size`` / ``sample_ids``) and ``sync_report`` work as for
     :class:`~torchmetrics_varlen.VarlenAUROC`.
@@ -28,6 +29,9 @@ class VarlenAveragePrecision(_RankingMetric):
         thresholds: ``None`` (exact), or an int / list / 1-D tensor for torchmetrics' binned approximation.
         ignore_index: Target value whose positions are ignored.
         validate_args: Validate arguments and every batch.
+        normalization: As torchmetrics' argument: ``"sigmoid"`` (default) normalises a batch with a score outside
+            [0, 1]; ``None`` keeps raw scores; ``"softmax"`` only accepts binary batches of probabilities
+            (multiclass batches always get the softmax, multilabel the sigmoid, unless ``None``).
         task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
         num_classes: Number of classes (multiclass).
         num_labels: Number of labels (multilabel).
@@ -46,7 +50,7 @@ class VarlenAveragePrecision(_RankingMetric):
         >>> metric = VarlenAveragePrecision()
         >>> metric.update(tensor([0.1, 0.4, 0.35, 0.8]), tensor([0, 0, 1, 1]))
         >>> metric.compute()
-        tensor(0.8333, dtype=torch.float64)
+        tensor(0.8333)
     """
 
     def __init__(
@@ -54,6 +58,7 @@ class VarlenAveragePrecision(_RankingMetric):
         thresholds: Thresholds = None,
         ignore_index: int | None = None,
         validate_args: bool = True,
+        normalization: Normalization = "sigmoid",
         *,
         task: str = "binary",
         num_classes: int | None = None,
@@ -74,6 +79,7 @@ class VarlenAveragePrecision(_RankingMetric):
             thresholds=thresholds,
             ignore_index=ignore_index,
             validate_args=validate_args,
+            normalization=normalization,
             dataset_size=dataset_size,
             sync_timeout=sync_timeout,
             compute_on_rank=compute_on_rank,

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from torchmetrics_varlen._checks import Normalization
 from torchmetrics_varlen.classification._base import _RankingMetric
 from torchmetrics_varlen.functional.best_f1 import _from_columns, _validate_args
 
@@ -16,7 +17,9 @@ class VarlenBestF1(_RankingMetric):
 
     What people hand-roll from gathered predictions to pick a decision threshold on the validation set:
     ``compute()`` returns ``(f1, threshold)``, predicting positive when ``score >= threshold``; among thresholds
-    with the same best F1 the highest wins. ``task="multilabel"`` returns one pair per label. It keeps the same
+    with the same best F1 the highest wins (F1 as float32, the threshold in the dtype of the scores; logits are
+    normalised per batch as in the other metrics, so the threshold is a probability unless ``normalization=None``).
+    ``task="multilabel"`` returns one pair per label. It keeps the same
     state as the precision-recall curve, so it shares a compute group with :class:`VarlenPrecisionRecallCurve`,
     :class:`~torchmetrics_varlen.VarlenAUROC` and :class:`~torchmetrics_varlen.VarlenAveragePrecision` in a
     ``MetricCollection``.
@@ -24,6 +27,8 @@ class VarlenBestF1(_RankingMetric):
     Args:
         ignore_index: Target value whose positions are ignored.
         validate_args: Validate arguments and every batch.
+        normalization: ``"sigmoid"`` (default: a batch with a score outside [0, 1] is taken for logits), or
+            ``None`` (raw scores; the threshold is then a logit).
         thresholds: ``None`` (exact), or ``torch.float16`` / ``torch.bfloat16``: every value of that dtype is a
             candidate threshold (exact for the rounded scores, from constant-size histograms).
         task: ``"binary"`` or ``"multilabel"``.
@@ -37,7 +42,7 @@ class VarlenBestF1(_RankingMetric):
         >>> metric = VarlenBestF1()
         >>> metric.update(tensor([0.1, 0.4, 0.35, 0.8]), tensor([0, 0, 1, 1]))
         >>> metric.compute()
-        (tensor(0.8000, dtype=torch.float64), tensor(0.3500, dtype=torch.float64))
+        (tensor(0.8000), tensor(0.3500))
     """
 
     def __init__(
@@ -45,6 +50,7 @@ class VarlenBestF1(_RankingMetric):
         ignore_index: int | None = None,
         validate_args: bool = True,
         *,
+        normalization: Normalization = "sigmoid",
         thresholds: torch.dtype | None = None,
         task: str = "binary",
         num_labels: int | None = None,
@@ -65,6 +71,7 @@ class VarlenBestF1(_RankingMetric):
             num_labels=num_labels,
             ignore_index=ignore_index,
             validate_args=validate_args,
+            normalization=normalization,
             dataset_size=dataset_size,
             sync_timeout=sync_timeout,
             **kwargs,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchmetrics_varlen._checks import Thresholds, validate_ranking_args
+from torchmetrics_varlen._checks import Normalization, Thresholds, validate_ranking_args
 from torchmetrics_varlen.classification._base import _RankingMetric
 from torchmetrics_varlen.functional.curves import Curve, _compute_curve_binned, _from_columns
 
@@ -18,6 +18,7 @@ class _CurveMetric(_RankingMetric):
         thresholds: Thresholds = None,
         ignore_index: int | None = None,
         validate_args: bool = True,
+        normalization: Normalization = "sigmoid",
         *,
         task: str = "binary",
         num_classes: int | None = None,
@@ -35,6 +36,7 @@ class _CurveMetric(_RankingMetric):
             thresholds=thresholds,
             ignore_index=ignore_index,
             validate_args=validate_args,
+            normalization=normalization,
             dataset_size=dataset_size,
             sync_timeout=sync_timeout,
             **kwargs,
@@ -75,12 +77,16 @@ class VarlenROC(_CurveMetric):
     Same constructor and inputs as :class:`torchmetrics.classification.BinaryROC` (``task="multiclass"`` /
     ``"multilabel"`` as ``MulticlassROC`` / ``MultilabelROC`` without ``average``): one point per distinct score,
     highest first, after ``(0, 0)`` at threshold ``1.0``; lists per class / label for the other tasks (binned:
-    ``(K, T)`` tensors). Sync, dedup and ``sync_report`` as for :class:`~torchmetrics_varlen.VarlenAUROC`.
+    ``(K, T)`` tensors). Rates are float32, thresholds in the dtype of the scores; logits are normalised per batch
+    as torchmetrics does, so thresholds are probabilities. Sync, dedup and ``sync_report`` as for
+    :class:`~torchmetrics_varlen.VarlenAUROC`.
 
     Args:
         thresholds: ``None`` (exact), or an int / list / 1-D tensor for torchmetrics' binned curve.
         ignore_index: Target value whose positions are ignored.
         validate_args: Validate arguments and every batch.
+        normalization: As torchmetrics' argument: ``"sigmoid"`` (default) normalises a batch with a score outside
+            [0, 1]; ``None`` keeps raw scores (thresholds are then logits).
         task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
         num_classes: Number of classes (multiclass).
         num_labels: Number of labels (multilabel).
@@ -94,7 +100,7 @@ class VarlenROC(_CurveMetric):
         >>> metric.update(tensor([0.1, 0.4, 0.35, 0.8]), tensor([0, 0, 1, 1]))
         >>> fpr, tpr, thresholds = metric.compute()
         >>> tpr
-        tensor([0.0000, 0.5000, 0.5000, 1.0000, 1.0000], dtype=torch.float64)
+        tensor([0.0000, 0.5000, 0.5000, 1.0000, 1.0000])
     """
 
 
@@ -103,12 +109,15 @@ class VarlenPrecisionRecallCurve(_CurveMetric):
 
     Same constructor and inputs as :class:`torchmetrics.classification.BinaryPrecisionRecallCurve` (other tasks as
     the ``Multiclass`` / ``Multilabel`` classes): ``(precision, recall, thresholds)`` with thresholds increasing
-    and a final ``(1, 0)`` point. Sync, dedup and ``sync_report`` as for :class:`~torchmetrics_varlen.VarlenAUROC`.
+    and a final ``(1, 0)`` point; precision and recall float32, thresholds in the dtype of the scores, logits
+    normalised per batch. Sync, dedup and ``sync_report`` as for :class:`~torchmetrics_varlen.VarlenAUROC`.
 
     Args:
         thresholds: ``None`` (exact), or an int / list / 1-D tensor for torchmetrics' binned curve.
         ignore_index: Target value whose positions are ignored.
         validate_args: Validate arguments and every batch.
+        normalization: As torchmetrics' argument: ``"sigmoid"`` (default) normalises a batch with a score outside
+            [0, 1]; ``None`` keeps raw scores (thresholds are then logits).
         task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
         num_classes: Number of classes (multiclass).
         num_labels: Number of labels (multilabel).
@@ -122,7 +131,7 @@ class VarlenPrecisionRecallCurve(_CurveMetric):
         >>> metric.update(tensor([0.1, 0.4, 0.35, 0.8]), tensor([0, 0, 1, 1]))
         >>> precision, recall, thresholds = metric.compute()
         >>> recall
-        tensor([1.0000, 1.0000, 0.5000, 0.5000, 0.0000], dtype=torch.float64)
+        tensor([1.0000, 1.0000, 0.5000, 0.5000, 0.0000])
     """
 
     _kind = "pr"

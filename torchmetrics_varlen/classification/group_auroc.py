@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import Tensor
 
+from torchmetrics_varlen._checks import Normalization
 from torchmetrics_varlen.classification._base import _VarlenMetric
 from torchmetrics_varlen.functional.group_auroc import GroupAUROC, Weighting, _compute, _validate_args
 
@@ -20,11 +21,14 @@ class VarlenGroupAUROC(_VarlenMetric):
     a :class:`~torchmetrics_varlen.functional.GroupAUROC` with every group's value and the number of groups skipped.
     A group's samples may be spread over any number of ranks: the sync brings them together, and
     ``dataset_size`` / ``sample_ids`` remove sampler padding as for :class:`~torchmetrics_varlen.VarlenAUROC`.
+    Values are float32; logits are normalised per batch as in the other metrics.
 
     Args:
         weighting: ``"samples"`` or ``"uniform"``.
         ignore_index: Target value whose positions are ignored.
         validate_args: Validate arguments and every batch.
+        normalization: ``"sigmoid"`` (default: a batch with a score outside [0, 1] is taken for logits), or
+            ``None`` (raw scores).
         return_per_group: Make ``compute()`` return the per-group detail.
         dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
         sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
@@ -36,7 +40,7 @@ class VarlenGroupAUROC(_VarlenMetric):
         >>> metric.update(tensor([0.9, 0.2, 0.6]), tensor([1, 0, 1]), groups=tensor([7, 7, 7]))
         >>> metric.update(tensor([0.7, 0.1, 0.4]), tensor([0, 0, 1]), groups=tensor([3, 3, 3]))
         >>> metric.compute()
-        tensor(0.7500, dtype=torch.float64)
+        tensor(0.7500)
     """
 
     def __init__(
@@ -45,6 +49,7 @@ class VarlenGroupAUROC(_VarlenMetric):
         ignore_index: int | None = None,
         validate_args: bool = True,
         *,
+        normalization: Normalization = "sigmoid",
         return_per_group: bool = False,
         dataset_size: int | None = None,
         sync_timeout: float | None = 60.0,
@@ -54,6 +59,7 @@ class VarlenGroupAUROC(_VarlenMetric):
         super().__init__(
             ignore_index=ignore_index,
             validate_args=validate_args,
+            normalization=normalization,
             dataset_size=dataset_size,
             sync_timeout=sync_timeout,
             row_extras=("groups",),

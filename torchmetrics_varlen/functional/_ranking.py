@@ -4,7 +4,8 @@ Everything here is pure tensor math: no validation, no ``torch.distributed``.
 
 The exact path turns scores into integer counts per distinct threshold (one sort, one cumulative sum) and only
 then into float64. Because the counts are integers, the result depends on the multiset of ``(score, target)``
-pairs only, never on their order: any split of the data over ranks, batches or shuffles gives the same bits.
+pairs only, never on their order: any split of the data over ranks, batches or shuffles gives the same bits. The
+public values are returned in torchmetrics' dtype, float32 (:func:`as_output`), rounded once at the very end.
 """
 
 from __future__ import annotations
@@ -26,6 +27,17 @@ _NO_NEGATIVES_ROC = (
     " Returning zero tensor in false positive score"
 )
 _NO_POSITIVES_PR = "No positive samples found in target, recall is undefined. Setting recall to one for all thresholds."
+
+OUTPUT_DTYPE = torch.float32  # what torchmetrics returns for values, rates and precisions, whatever the input dtype
+
+
+def as_output(value: Tensor) -> Tensor:
+    """``value`` in torchmetrics' output dtype (float32).
+
+    The computation before is exact (integer counts, float64 ratios); this single rounding is the last step, so the
+    result is the float32 nearest to the float64 value, the same bits for any split of the data over ranks.
+    """
+    return value.to(OUTPUT_DTYPE)
 
 
 def descending(counts: Counts) -> tuple[Tensor, Tensor, Tensor]:
@@ -264,21 +276,3 @@ def _binned_average_precision(confmat: Tensor) -> Tensor:
     precision = torch.cat([_safe_ratio(tps, tps + fps, 0.0), tps.new_ones(1).double()])
     recall = torch.cat([_safe_ratio(tps, tps + fns, 0.0), tps.new_zeros(1).double()])
     return -torch.sum((recall[1:] - recall[:-1]) * precision[:-1])
-
-
-def _format_binary(preds: Tensor, target: Tensor, ignore_index: int | None, binned: bool) -> tuple[Tensor, Tensor]:
-    """Flatten, drop ``ignore_index`` positions, and store labels as ``bool``.
-
-    Only the binned mode squashes logits with a sigmoid (its thresholds live in [0, 1]), with torchmetrics' rule:
-    a batch with any score outside [0, 1] is treated as logits. The exact mode ranks the raw scores: AUROC and AP
-    do not change under a monotone map, and skipping it avoids float32 sigmoid saturation turning distinct logits
-    into ties.
-    """
-    preds = preds.reshape(-1)
-    target = target.reshape(-1)
-    if ignore_index is not None:
-        keep = target != ignore_index
-        preds, target = preds[keep], target[keep]
-    if binned and preds.numel() and not bool(((preds >= 0) & (preds <= 1)).all()):
-        preds = preds.sigmoid()
-    return preds, target.to(torch.bool)

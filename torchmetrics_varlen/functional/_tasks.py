@@ -5,6 +5,10 @@ Stored forms, one row per sample after flattening extra dimensions:
 - binary: ``preds (M,)`` float, ``target (M,)`` bool (ignored positions removed);
 - multiclass: ``preds (M, C)`` float, ``target (M,)`` int64 (ignored rows removed);
 - multilabel: ``preds (M, L)`` float, ``target (M, L)`` int8 with ``-1`` where ``ignore_index`` was.
+
+Scores are normalised per batch as torchmetrics does: a batch with any score outside [0, 1] is taken for logits and
+goes through a sigmoid (binary, multilabel) or a softmax over the classes (multiclass); ``normalization=None``
+keeps the raw scores.
 """
 
 from __future__ import annotations
@@ -16,9 +20,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import validate_binary_tensors
+from torchmetrics_varlen._checks import Normalization, check_binary_normalization, validate_binary_tensors
 from torchmetrics_varlen.functional._hist import BINS, counts_from_histogram, histogram
-from torchmetrics_varlen.functional._ranking import RankSums, _binned_confmat, _format_binary
+from torchmetrics_varlen.functional._ranking import RankSums, _binned_confmat
 from torchmetrics_varlen.functional._sort import Column, column
 
 Task = Literal["binary", "multiclass", "multilabel"]
@@ -60,11 +64,18 @@ def _check_scores(preds: Tensor) -> None:
 
 
 def _check_labels(target: Tensor, low: int, high: int, ignore_index: int | None, what: str) -> None:
-    if target.is_floating_point() or target.is_complex():
-        msg = f"Expected `target` to be an integer or bool tensor of {what}, but got dtype {target.dtype}."
+    """Labels in ``[low, high]``; floating point labels are accepted when they hold whole numbers (``1.0``)."""
+    if target.is_complex():
+        msg = (
+            f"Expected `target` to be an integer, bool or floating point tensor of {what},"
+            f" but got dtype {target.dtype}."
+        )
         raise ValueError(msg)
     labels = target if ignore_index is None else target[target != ignore_index]
-    if labels.numel() and target.dtype != torch.bool and bool(((labels < low) | (labels > high)).any()):
+    bad = (labels < low) | (labels > high)
+    if labels.is_floating_point():
+        bad |= labels != labels.trunc()  # 0.5, and NaN (never equal to itself)
+    if labels.numel() and target.dtype != torch.bool and bool(bad.any()):
         found = torch.unique(labels).tolist()[:10]
         extra = "" if ignore_index is None else f" or ignore_index={ignore_index}"
         msg = f"Expected `target` to hold {what} in [{low}, {high}]{extra}, but found values {found}."
@@ -114,7 +125,29 @@ def _in_unit_interval(x: Tensor) -> bool:
     return x.numel() == 0 or bool(((x >= 0) & (x <= 1)).all())
 
 
-def format_multiclass(preds: Tensor, target: Tensor, ignore_index: int | None) -> tuple[Tensor, Tensor, Tensor | None]:
+def format_binary(
+    preds: Tensor, target: Tensor, ignore_index: int | None, normalization: Normalization
+) -> tuple[Tensor, Tensor]:
+    """Flatten, drop ``ignore_index`` positions, normalise logits, and store labels as ``bool``.
+
+    torchmetrics' rule, per batch: if any kept score is outside [0, 1] the batch is logits and gets a sigmoid (a
+    monotone map: the ranking within the batch is kept, up to float saturation: in float32 the sigmoid of every
+    logit above ~17 is 1.0, so such logits become ties, exactly as in torchmetrics).
+    """
+    preds = preds.reshape(-1)
+    target = target.reshape(-1)
+    if ignore_index is not None:
+        keep = target != ignore_index
+        preds, target = preds[keep], target[keep]
+    if normalization is not None and not _in_unit_interval(preds):
+        check_binary_normalization(preds, normalization)
+        preds = preds.sigmoid()
+    return preds, target.to(torch.bool)
+
+
+def format_multiclass(
+    preds: Tensor, target: Tensor, ignore_index: int | None, normalization: Normalization
+) -> tuple[Tensor, Tensor, Tensor | None]:
     """Rows of class scores (softmax applied, as torchmetrics does, when a batch is not in [0, 1]).
 
     Returns ``(preds (M, C), target (M,), kept)`` where ``kept`` marks the rows kept (``None``: all).
@@ -125,20 +158,27 @@ def format_multiclass(preds: Tensor, target: Tensor, ignore_index: int | None) -
     if ignore_index is not None:
         kept = labels != ignore_index
         scores, labels = scores[kept], labels[kept]
-    if not _in_unit_interval(scores):
+    if normalization is not None and not _in_unit_interval(scores):
         # Softmax is not a monotone map of one class's score, so unlike the binary sigmoid it changes the ranking:
-        # apply it exactly as torchmetrics does, per batch.
+        # apply it exactly as torchmetrics does, per batch (whatever `normalization` names: torchmetrics' multiclass
+        # metrics always use the softmax).
         scores = scores.softmax(dim=1)
     return scores, labels, kept
 
 
-def format_multilabel(preds: Tensor, target: Tensor, ignore_index: int | None, binned: bool) -> tuple[Tensor, Tensor]:
-    """Rows of label scores, labels as int8 with ``-1`` for ignored entries (sigmoid only in binned mode)."""
+def format_multilabel(
+    preds: Tensor, target: Tensor, ignore_index: int | None, normalization: Normalization
+) -> tuple[Tensor, Tensor]:
+    """Rows of label scores, labels as int8 with ``-1`` for ignored entries.
+
+    As torchmetrics: the sigmoid is applied when any score of the batch (ignored entries included) is outside
+    [0, 1], whatever ``normalization`` names, unless it is ``None``.
+    """
     scores = _columns_last(preds)
     labels = _columns_last(target).to(torch.int8)
     if ignore_index is not None:
         labels = torch.where(_columns_last(target) == ignore_index, torch.full_like(labels, -1), labels)
-    if binned and not _in_unit_interval(scores):
+    if normalization is not None and not _in_unit_interval(scores):
         scores = scores.sigmoid()
     return scores, labels
 
@@ -182,7 +222,13 @@ def reduce_columns(values: Tensor, support: Tensor, average: Average, what: str)
 
 
 def validate_inputs(
-    preds: Tensor, target: Tensor, task: str, num_classes: int | None, num_labels: int | None, ignore_index: int | None
+    preds: Tensor,
+    target: Tensor,
+    task: str,
+    num_classes: int | None,
+    num_labels: int | None,
+    ignore_index: int | None,
+    normalization: Normalization = None,
 ) -> None:
     """Check one batch for ``task``; a ``ValueError`` (or ``TypeError``) names the problem."""
     if not isinstance(preds, Tensor) or not isinstance(target, Tensor):
@@ -197,20 +243,20 @@ def validate_inputs(
         assert num_labels is not None
         validate_multilabel_tensors(preds, target, num_labels, ignore_index)
     else:
-        validate_binary_tensors(preds, target, ignore_index)
+        validate_binary_tensors(preds, target, ignore_index, normalization)
 
 
 def format_inputs(
-    preds: Tensor, target: Tensor, task: str, ignore_index: int | None, binned: bool
+    preds: Tensor, target: Tensor, task: str, ignore_index: int | None, normalization: Normalization
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """Inputs in their stored form, plus the mask of the flattened sample positions kept (``None``: all)."""
     if task == "multiclass":
-        return format_multiclass(preds, target, ignore_index)
+        return format_multiclass(preds, target, ignore_index, normalization)
     if task == "multilabel":
-        scores, labels = format_multilabel(preds, target, ignore_index, binned)
+        scores, labels = format_multilabel(preds, target, ignore_index, normalization)
         return scores, labels, None
     kept = None if ignore_index is None else target.reshape(-1) != ignore_index
-    scores, labels = _format_binary(preds, target, ignore_index, binned)
+    scores, labels = format_binary(preds, target, ignore_index, normalization)
     return scores, labels, kept
 
 

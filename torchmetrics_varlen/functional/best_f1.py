@@ -7,7 +7,8 @@ import warnings
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen.functional._ranking import descending
+from torchmetrics_varlen._checks import Normalization, validate_normalization
+from torchmetrics_varlen.functional._ranking import as_output, descending
 from torchmetrics_varlen.functional._sort import Column, Counts, materialize
 from torchmetrics_varlen.functional._tasks import (
     exact_columns,
@@ -23,12 +24,12 @@ def _binary_best_f1(counts: Counts) -> tuple[Tensor, Tensor]:
     n_pos = int(tps[-1]) if tps.numel() else 0
     if n_pos == 0:
         warnings.warn("No positive samples in targets: F1 is 0 at every threshold.", UserWarning, stacklevel=4)
-        nan = torch.tensor(float("nan"), dtype=torch.float64, device=tps.device)
-        return torch.zeros((), dtype=torch.float64, device=tps.device), nan
+        nan = torch.tensor(float("nan"), dtype=thresholds.dtype, device=tps.device)
+        return as_output(torch.zeros((), device=tps.device)), nan
     # F1 = 2 TP / (2 TP + FP + FN) = 2 TP / (TP + FP + P): integer numerator and denominator, one division.
     f1 = 2.0 * tps.double() / (tps + fps + n_pos).double()
-    best = int(torch.argmax(f1))  # first maximum: the highest threshold among ties
-    return f1[best], thresholds[best].double()
+    best = int(torch.argmax(f1))  # first maximum: the highest threshold among ties (argmax of the float64 values)
+    return as_output(f1[best]), thresholds[best]
 
 
 def _from_columns(cols: list[Column], task: str) -> tuple[Tensor, Tensor]:
@@ -63,13 +64,15 @@ def best_f1(
     num_labels: int | None = None,
     ignore_index: int | None = None,
     validate_args: bool = True,
+    normalization: Normalization = "sigmoid",
 ) -> tuple[Tensor, Tensor]:
     r"""The maximum F1 score over every threshold, and the threshold that attains it.
 
     A sample is predicted positive when its score is ``>= threshold``. Every distinct score is tried (the exact
     precision-recall curve), F1 is computed from integer counts as ``2 TP / (TP + FP + P)``, and among thresholds
     with the same best F1 the highest is returned. Without positive samples F1 is 0 everywhere: the threshold is
-    NaN and a warning says so.
+    NaN and a warning says so. Logits are normalised per call as in :func:`~torchmetrics_varlen.functional.auroc`
+    (the threshold is then a probability); ``normalization=None`` keeps raw scores and returns a logit threshold.
 
     Args:
         preds: Scores: any shape for binary, ``(N, L, ...)`` for multilabel.
@@ -78,17 +81,20 @@ def best_f1(
         num_labels: Number of labels (multilabel).
         ignore_index: Target value whose positions are ignored.
         validate_args: Check arguments and inputs.
+        normalization: ``"sigmoid"`` (default), ``"softmax"`` (only for scores in [0, 1]) or ``None``.
 
     Returns:
-        ``(f1, threshold)`` as float64 scalars, or ``(L,)`` vectors for multilabel.
+        ``(f1, threshold)``: scalars, or ``(L,)`` vectors for multilabel; F1 as float32, the threshold in the dtype
+        of the scores (it is one of them).
 
     Example:
         >>> from torch import tensor
         >>> best_f1(tensor([0.1, 0.4, 0.35, 0.8]), tensor([0, 0, 1, 1]))
-        (tensor(0.8000, dtype=torch.float64), tensor(0.3500, dtype=torch.float64))
+        (tensor(0.8000), tensor(0.3500))
     """
     if validate_args:
         _validate_args(task, num_labels)
-        validate_inputs(preds, target, task, None, num_labels, ignore_index)
-    scores, labels, _ = format_inputs(preds, target, task, ignore_index, binned=False)
+        validate_normalization(normalization)
+        validate_inputs(preds, target, task, None, num_labels, ignore_index, normalization)
+    scores, labels, _ = format_inputs(preds, target, task, ignore_index, normalization)
     return _compute(scores, labels, task)

@@ -7,8 +7,21 @@ import warnings
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import Thresholds, histogram_dtype, threshold_tensor, validate_ranking_args
-from torchmetrics_varlen.functional._ranking import _NO_POSITIVES_PR, _roc_from_counts, _safe_ratio, descending
+from torchmetrics_varlen._checks import (
+    Normalization,
+    Thresholds,
+    histogram_dtype,
+    threshold_tensor,
+    validate_normalization,
+    validate_ranking_args,
+)
+from torchmetrics_varlen.functional._ranking import (
+    _NO_POSITIVES_PR,
+    _roc_from_counts,
+    _safe_ratio,
+    as_output,
+    descending,
+)
 from torchmetrics_varlen.functional._sort import Column, Counts, materialize
 from torchmetrics_varlen.functional._tasks import (
     binned_state,
@@ -26,7 +39,7 @@ Curve = tuple[Tensor, Tensor, Tensor] | tuple[list[Tensor], list[Tensor], list[T
 def _binary_roc(counts: Counts) -> tuple[Tensor, Tensor, Tensor]:
     fps, tps, thr = descending(counts)
     fpr, tpr = _roc_from_counts(fps, tps)
-    return fpr, tpr, torch.cat([thr.new_ones(1), thr])
+    return as_output(fpr), as_output(tpr), torch.cat([thr.new_ones(1), thr])
 
 
 def _binary_pr(counts: Counts) -> tuple[Tensor, Tensor, Tensor]:
@@ -38,7 +51,7 @@ def _binary_pr(counts: Counts) -> tuple[Tensor, Tensor, Tensor]:
     else:
         recall = tps.double() / float(tps[-1])
     one, zero = precision.new_ones(1), precision.new_zeros(1)
-    return torch.cat([precision.flip(0), one]), torch.cat([recall.flip(0), zero]), thr.flip(0)
+    return as_output(torch.cat([precision.flip(0), one])), as_output(torch.cat([recall.flip(0), zero])), thr.flip(0)
 
 
 def _t(x: Tensor) -> Tensor:
@@ -50,7 +63,7 @@ def _binned_roc(confmat: Tensor, thresholds: Tensor) -> tuple[Tensor, Tensor, Te
     tps, fps, fns, tns = confmat[..., 1, 1], confmat[..., 0, 1], confmat[..., 1, 0], confmat[..., 0, 0]
     tpr = _safe_ratio(tps, tps + fns, 0.0).flip(0)
     fpr = _safe_ratio(fps, fps + tns, 0.0).flip(0)
-    return _t(fpr), _t(tpr), thresholds.flip(0)
+    return as_output(_t(fpr)), as_output(_t(tpr)), thresholds.flip(0)
 
 
 def _binned_pr(confmat: Tensor, thresholds: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -59,7 +72,7 @@ def _binned_pr(confmat: Tensor, thresholds: Tensor) -> tuple[Tensor, Tensor, Ten
     recall = _safe_ratio(tps, tps + fns, float("nan"))
     precision = _t(torch.cat([precision, precision.new_ones((1, *precision.shape[1:]))]))
     recall = _t(torch.cat([recall, recall.new_zeros((1, *recall.shape[1:]))]))
-    return precision, recall, thresholds
+    return as_output(precision), as_output(recall), thresholds
 
 
 def _from_columns(kind: str, cols: list[Column], task: str) -> Curve:
@@ -95,13 +108,15 @@ def _curve(
     thresholds: Thresholds,
     ignore_index: int | None,
     validate_args: bool,
+    normalization: Normalization,
 ) -> Curve:
     if validate_args:
         validate_task_args(task, num_classes, num_labels, None)
         validate_ranking_args(thresholds=thresholds, ignore_index=ignore_index)
-        validate_inputs(preds, target, task, num_classes, num_labels, ignore_index)
+        validate_normalization(normalization)
+        validate_inputs(preds, target, task, num_classes, num_labels, ignore_index, normalization)
     thr, dtype = threshold_tensor(thresholds, preds.device), histogram_dtype(thresholds)
-    scores, labels, _ = format_inputs(preds, target, task, ignore_index, binned=thr is not None)
+    scores, labels, _ = format_inputs(preds, target, task, ignore_index, normalization)
     if thr is not None:
         return _compute_curve_binned(kind, binned_state(scores, labels, task, thr), thr)
     if dtype is not None:
@@ -119,14 +134,17 @@ def roc(
     thresholds: Thresholds = None,
     ignore_index: int | None = None,
     validate_args: bool = True,
+    normalization: Normalization = "sigmoid",
 ) -> Curve:
     r"""The ROC curve ``(fpr, tpr, thresholds)``, exact by default, with torchmetrics' conventions.
 
-    Inputs as for :func:`~torchmetrics_varlen.functional.auroc`. Exact mode has one point per distinct score,
-    highest first, after a starting point ``(0, 0)`` whose threshold is ``1.0`` (torchmetrics' convention;
-    scikit-learn's ``roc_curve`` uses ``inf`` there and may drop collinear points). Rates are float64, computed from
-    integer counts. For multiclass / multilabel tasks each element is a list with one tensor per class / label
-    (exact) or a ``(K, T)`` tensor (binned). A class absent from ``target`` gives a zero rate and a warning.
+    Inputs, and the normalisation of logits (so thresholds are probabilities), as for
+    :func:`~torchmetrics_varlen.functional.auroc`. Exact mode has one point per distinct score, highest first, after
+    a starting point ``(0, 0)`` whose threshold is ``1.0`` (torchmetrics' convention; scikit-learn's ``roc_curve``
+    uses ``inf`` there and may drop collinear points). Rates are computed from integer counts and returned as
+    float32, thresholds in the dtype of the scores, as torchmetrics does. For multiclass / multilabel tasks each
+    element is a list with one tensor per class / label (exact) or a ``(K, T)`` tensor (binned). A class absent
+    from ``target`` gives a zero rate and a warning.
 
     Args:
         preds: Scores.
@@ -137,6 +155,8 @@ def roc(
         thresholds: ``None`` for the exact curve, otherwise the thresholds of the binned approximation.
         ignore_index: Target value whose positions are ignored.
         validate_args: Check arguments and inputs.
+        normalization: ``"sigmoid"`` (default), ``"softmax"`` (only for scores in [0, 1] in the binary task) or
+            ``None`` (keep raw scores), as torchmetrics' ``normalization``.
 
     Returns:
         ``(fpr, tpr, thresholds)``.
@@ -145,13 +165,15 @@ def roc(
         >>> from torch import tensor
         >>> fpr, tpr, thr = roc(tensor([0.1, 0.4, 0.35, 0.8]), tensor([0, 0, 1, 1]))
         >>> fpr
-        tensor([0.0000, 0.0000, 0.5000, 0.5000, 1.0000], dtype=torch.float64)
+        tensor([0.0000, 0.0000, 0.5000, 0.5000, 1.0000])
         >>> tpr
-        tensor([0.0000, 0.5000, 0.5000, 1.0000, 1.0000], dtype=torch.float64)
+        tensor([0.0000, 0.5000, 0.5000, 1.0000, 1.0000])
         >>> thr
         tensor([1.0000, 0.8000, 0.4000, 0.3500, 0.1000])
     """
-    return _curve("roc", preds, target, task, num_classes, num_labels, thresholds, ignore_index, validate_args)
+    return _curve(
+        "roc", preds, target, task, num_classes, num_labels, thresholds, ignore_index, validate_args, normalization
+    )
 
 
 def precision_recall_curve(
@@ -164,9 +186,11 @@ def precision_recall_curve(
     thresholds: Thresholds = None,
     ignore_index: int | None = None,
     validate_args: bool = True,
+    normalization: Normalization = "sigmoid",
 ) -> Curve:
     r"""The precision-recall curve ``(precision, recall, thresholds)``, exact by default, as torchmetrics returns it.
 
+    Inputs and logits as for :func:`roc`; precision and recall are float32, thresholds in the dtype of the scores.
     Exact mode has one point per distinct score in increasing order of threshold, then the final point
     ``(precision=1, recall=0)`` without a threshold. Unlike scikit-learn's ``precision_recall_curve`` the points
     after full recall are kept (torchmetrics' convention). Multiclass / multilabel: lists per class / label
@@ -181,6 +205,8 @@ def precision_recall_curve(
         thresholds: ``None`` for the exact curve, otherwise the thresholds of the binned approximation.
         ignore_index: Target value whose positions are ignored.
         validate_args: Check arguments and inputs.
+        normalization: ``"sigmoid"`` (default), ``"softmax"`` (only for scores in [0, 1] in the binary task) or
+            ``None`` (keep raw scores), as torchmetrics' ``normalization``.
 
     Returns:
         ``(precision, recall, thresholds)``.
@@ -189,10 +215,12 @@ def precision_recall_curve(
         >>> from torch import tensor
         >>> precision, recall, thr = precision_recall_curve(tensor([0.1, 0.4, 0.35, 0.8]), tensor([0, 0, 1, 1]))
         >>> precision
-        tensor([0.5000, 0.6667, 0.5000, 1.0000, 1.0000], dtype=torch.float64)
+        tensor([0.5000, 0.6667, 0.5000, 1.0000, 1.0000])
         >>> recall
-        tensor([1.0000, 1.0000, 0.5000, 0.5000, 0.0000], dtype=torch.float64)
+        tensor([1.0000, 1.0000, 0.5000, 0.5000, 0.0000])
         >>> thr
         tensor([0.1000, 0.3500, 0.4000, 0.8000])
     """
-    return _curve("pr", preds, target, task, num_classes, num_labels, thresholds, ignore_index, validate_args)
+    return _curve(
+        "pr", preds, target, task, num_classes, num_labels, thresholds, ignore_index, validate_args, normalization
+    )

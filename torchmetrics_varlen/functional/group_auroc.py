@@ -7,7 +7,14 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import validate_binary_tensors, validate_sample_ids
+from torchmetrics_varlen._checks import (
+    Normalization,
+    validate_binary_tensors,
+    validate_normalization,
+    validate_sample_ids,
+)
+from torchmetrics_varlen.functional._ranking import as_output
+from torchmetrics_varlen.functional._tasks import format_binary
 
 Weighting = Literal["samples", "uniform"]
 
@@ -16,9 +23,9 @@ class GroupAUROC(NamedTuple):
     """Per-group detail of a group AUROC.
 
     Attributes:
-        value: The weighted mean over groups that contain both classes (float64 scalar; NaN if there is none).
+        value: The weighted mean over groups that contain both classes (float32 scalar; NaN if there is none).
         groups: The distinct group labels, sorted.
-        per_group: AUROC of each group (NaN for groups with one class only).
+        per_group: AUROC of each group (float32; NaN for groups with one class only).
         num_skipped: How many groups were left out because they contain one class only.
 
     Example:
@@ -26,7 +33,7 @@ class GroupAUROC(NamedTuple):
         >>> detail = group_auroc(tensor([0.9, 0.2, 0.6, 0.5]), tensor([1, 0, 1, 1]), tensor([7, 7, 7, 3]),
         ...                      return_per_group=True)
         >>> detail.groups, detail.per_group, detail.num_skipped
-        (tensor([3, 7]), tensor([nan, 1.], dtype=torch.float64), tensor(1))
+        (tensor([3, 7]), tensor([nan, 1.]), tensor(1))
     """
 
     value: Tensor
@@ -77,7 +84,7 @@ def _compute(preds: Tensor, target: Tensor, groups: Tensor, weighting: Weighting
     weights = torch.where(valid, weights, torch.zeros_like(weights))
     total = weights.sum()
     value = (per_group.nan_to_num() * weights).sum() / total if bool(total > 0) else total.new_tensor(float("nan"))
-    return GroupAUROC(value, labels, per_group, (~valid).sum())
+    return GroupAUROC(as_output(value), labels, as_output(per_group), (~valid).sum())
 
 
 def _validate_args(weighting: str) -> None:
@@ -95,6 +102,7 @@ def group_auroc(
     ignore_index: int | None = None,
     return_per_group: bool = False,
     validate_args: bool = True,
+    normalization: Normalization = "sigmoid",
 ) -> Tensor | GroupAUROC:
     r"""Group AUC (GAUC): the exact AUROC within every group, averaged over the groups that have both classes.
 
@@ -102,7 +110,7 @@ def group_auroc(
     scales differ. ``groups`` gives each sample's group (any integers); each group's AUROC is exact (integer
     counts, ties as one step) and the mean is weighted by the group's number of samples (``"samples"``, the
     impression-weighted GAUC) or uniform (``"uniform"``). Groups with only positives or only negatives have no
-    AUROC and are skipped.
+    AUROC and are skipped. Logits are normalised per call as in :func:`~torchmetrics_varlen.functional.auroc`.
 
     Args:
         preds: Scores, any shape (flattened), floating point.
@@ -112,9 +120,10 @@ def group_auroc(
         ignore_index: Target value whose positions are ignored.
         return_per_group: Return a :class:`GroupAUROC` with the per-group values instead of the mean.
         validate_args: Check arguments and inputs.
+        normalization: ``"sigmoid"`` (default), ``"softmax"`` (only for scores in [0, 1]) or ``None``.
 
     Returns:
-        The weighted mean as a float64 scalar (NaN if no group has both classes), or a :class:`GroupAUROC`.
+        The weighted mean as a float32 scalar (NaN if no group has both classes), or a :class:`GroupAUROC`.
 
     Example:
         >>> from torch import tensor
@@ -122,17 +131,18 @@ def group_auroc(
         >>> target = tensor([1, 0, 1, 0, 0, 1])
         >>> users = tensor([7, 7, 7, 3, 3, 3])
         >>> group_auroc(preds, target, users)  # user 7: 1.0, user 3: 0.5
-        tensor(0.7500, dtype=torch.float64)
+        tensor(0.7500)
     """
     if validate_args:
         _validate_args(weighting)
-        validate_binary_tensors(preds, target, ignore_index)
+        validate_normalization(normalization)
+        validate_binary_tensors(preds, target, ignore_index, normalization)
         validate_sample_ids(groups, preds.shape, name="groups", non_negative=False)
     if groups.shape != preds.shape:
         groups = groups.repeat_interleave(preds[0].numel() if preds.ndim else 1)
-    p, t, g = preds.reshape(-1), target.reshape(-1), groups.reshape(-1).to(torch.int64)
+    g = groups.reshape(-1).to(torch.int64)
     if ignore_index is not None:
-        keep = t != ignore_index
-        p, t, g = p[keep], t[keep], g[keep]
-    result = _compute(p, t.to(torch.bool), g, weighting)
+        g = g[target.reshape(-1) != ignore_index]
+    p, t = format_binary(preds, target, ignore_index, normalization)
+    result = _compute(p, t, g, weighting)
     return result if return_per_group else result.value
