@@ -8,6 +8,7 @@ import pytest
 import torch
 from _data import split_lengths
 from _dist import DistPool
+from _float32 import f32
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 from sklearn.metrics import precision_recall_curve as sk_pr_curve
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
@@ -104,17 +105,17 @@ def test_breadth_across_ranks_equals_sklearn(pool: DistPool, world: int, n: int,
     for out in pool.values(case_breadth, world, n, 7, sampler, use_ids):
         assert out["mc_auroc"] == pytest.approx(mc_auroc, abs=1e-6)
         assert out["mc_ap"] == pytest.approx(mc_ap, abs=1e-6)
-        assert out["ml_auroc"] == pytest.approx(ml_auroc, abs=1e-12)
-        assert out["ml_ap"] == pytest.approx(ml_ap, abs=1e-12)
-        assert out["gauc"] == pytest.approx(gauc, abs=1e-12)
+        assert out["ml_auroc"] == pytest.approx(f32(ml_auroc), abs=1e-12)
+        assert out["ml_ap"] == pytest.approx(f32(ml_ap), abs=1e-12)
+        assert out["gauc"] == pytest.approx(f32(gauc), abs=1e-12)
         fpr, tpr, thr = out["roc"]
-        assert fpr == pytest.approx(sk_fpr.tolist(), abs=1e-12)
-        assert tpr == pytest.approx(sk_tpr.tolist(), abs=1e-12)
+        assert fpr == pytest.approx(f32(sk_fpr.tolist()), abs=1e-12)
+        assert tpr == pytest.approx(f32(sk_tpr.tolist()), abs=1e-12)
         assert thr[1:] == pytest.approx(sk_thr[1:].tolist(), abs=1e-7)
         precision, recall, pr_thr = out["pr"]
         n_sk = len(sk_t)
-        assert precision[-n_sk - 1 :] == pytest.approx(sk_p.tolist(), abs=1e-12)
-        assert recall[-n_sk - 1 :] == pytest.approx(sk_r.tolist(), abs=1e-12)
+        assert precision[-n_sk - 1 :] == pytest.approx(f32(sk_p.tolist()), abs=1e-12)
+        assert recall[-n_sk - 1 :] == pytest.approx(f32(sk_r.tolist()), abs=1e-12)
         assert pr_thr[-n_sk:] == pytest.approx(sk_t.tolist(), abs=1e-7)
         assert out["f1"] == pytest.approx([f1[best], sk_t[best]], abs=1e-7)
 

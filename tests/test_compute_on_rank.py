@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 from _data import rank_slice, scores_and_labels
 from _dist import DistPool
+from _float32 import f32
 from sklearn.metrics import roc_auc_score
 
 from torchmetrics_varlen import VarlenAUROC, VarlenROC
@@ -62,7 +63,7 @@ def test_compute_on_one_rank_broadcasts_the_exact_value(pool: DistPool, world: i
     expected = roc_auc_score(target, preds)
     outcomes = pool.values(case_compute_on_rank, world, dst)
     for rank, out in enumerate(outcomes):
-        assert out["value"] == pytest.approx(expected, abs=1e-12)
+        assert out["value"] == pytest.approx(f32(expected), abs=1e-12)
         # The data goes to one rank only, point to point: one batch of sends / receives on every rank that sends or
         # receives (rank 0 holds no rows: it sends nothing unless it is the destination).
         assert out["calls"].get("batch_isend_irecv", 0) == (0 if rank == 0 and dst != 0 else 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from _data import scores_and_labels
+from _float32 import f32
 from sklearn.metrics import accuracy_score, roc_auc_score
 from torchmetrics import MetricCollection
 from torchmetrics.classification import BinaryAccuracy
@@ -17,7 +18,7 @@ def test_ids_count_once_and_report_duplicates() -> None:
     metric = VarlenAUROC()
     metric.update(preds[:12], target[:12], sample_ids=torch.arange(12))
     metric.update(preds[8:], target[8:], sample_ids=torch.arange(8, 20))  # ids 8..11 again
-    assert float(metric.compute()) == pytest.approx(roc_auc_score(target, preds), abs=1e-12)
+    assert float(metric.compute()) == pytest.approx(f32(roc_auc_score(target, preds)), abs=1e-12)
     assert metric.sync_report == SyncReport(
         world_size=1, seen_per_rank=(24,), received=24, duplicates_dropped=4, kept=20, missing=None
     )
@@ -34,7 +35,7 @@ def test_row_ids_for_2d_inputs_and_ignore_index() -> None:
     from sklearn.metrics import average_precision_score
 
     keep = target != -100
-    assert float(metric.compute()) == pytest.approx(average_precision_score(target[keep], preds[keep]), abs=1e-12)
+    assert float(metric.compute()) == pytest.approx(f32(average_precision_score(target[keep], preds[keep])), abs=1e-12)
     assert metric.sync_report is not None
     assert metric.sync_report.kept == 8
     assert metric.sync_report.duplicates_dropped == 2
@@ -56,7 +57,7 @@ def test_dataset_size_drops_trailing_rows_beyond_the_data_set() -> None:
     metric = VarlenAUROC(dataset_size=10)
     metric.update(preds[:7], target[:7])
     metric.update(preds[7:], target[7:])
-    assert float(metric.compute()) == pytest.approx(roc_auc_score(target[:10], preds[:10]), abs=1e-12)
+    assert float(metric.compute()) == pytest.approx(f32(roc_auc_score(target[:10], preds[:10])), abs=1e-12)
     assert metric.sync_report is not None
     assert metric.sync_report.duplicates_dropped == 4
 
@@ -67,11 +68,11 @@ def test_forward_keeps_sampler_positions() -> None:
     metric = VarlenAUROC(dataset_size=10)
     metric(preds[:7], target[:7])
     metric(preds[7:], target[7:])
-    assert float(metric.compute()) == pytest.approx(roc_auc_score(target[:10], preds[:10]), abs=1e-12)
+    assert float(metric.compute()) == pytest.approx(f32(roc_auc_score(target[:10], preds[:10])), abs=1e-12)
     metric.reset()
     metric.update(preds[:10], target[:10])
     assert metric.sync_report is not None  # from the earlier compute
-    assert float(metric.compute()) == pytest.approx(roc_auc_score(target[:10], preds[:10]), abs=1e-12)
+    assert float(metric.compute()) == pytest.approx(f32(roc_auc_score(target[:10], preds[:10])), abs=1e-12)
 
 
 def test_mixing_updates_with_and_without_ids_raises() -> None:

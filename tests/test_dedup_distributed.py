@@ -10,6 +10,7 @@ import pytest
 import torch
 from _data import scores_and_labels
 from _dist import DistPool
+from _float32 import f32
 from _sampler import evaluated_indices, reference
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -79,7 +80,7 @@ def test_sampler_matrix_equals_sklearn(pool: DistPool, n: int, world: int) -> No
             idx = evaluated_indices(n, world, row["shuffle"], row["drop_last"], seed=n)
             expected = reference(row["name"], preds[idx], target[idx])
             where = f"rank {rank} of {world}, n={n}, {row}"
-            assert row["value"] == pytest.approx(expected, abs=1e-12), where
+            assert row["value"] == pytest.approx(f32(expected), abs=1e-12), where
             assert row["kept"] == len(idx), where
             with_size = row["mode"] != "ids"
             assert row["missing"] == (n - len(idx) if with_size else None), where
@@ -208,4 +209,4 @@ def test_histogram_mode_with_sampler_padding(pool: DistPool, world: int) -> None
         rounded = preds.float().to(dtype).double()
         expected += [roc_auc_score(target, rounded), average_precision_score(target, rounded)]
     for got in pool.values(case_histogram, world, 101):
-        assert got == pytest.approx(expected, abs=1e-12)
+        assert got == pytest.approx(f32(expected), abs=1e-12)

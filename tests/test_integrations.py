@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _float32 import f32
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
@@ -85,7 +86,7 @@ def test_accelerate_prepared_loader_with_sample_ids(tmp_path: Path) -> None:
         assert record["world_size"] == 2
         assert record["seen"] == 6  # 12 rows for 10 samples: 2 repeated
         assert record["kept"] == 10
-        assert record["varlen"] == pytest.approx(expected, abs=1e-12)
+        assert record["varlen"] == pytest.approx(f32(expected), abs=1e-12)
         assert abs(record["torchmetrics"] - expected) > 1e-3  # the duplicates move torchmetrics' value
 
 
@@ -124,9 +125,9 @@ def test_two_torchrun_agents_as_two_nodes(tmp_path: Path) -> None:
     for record in records:
         assert record["world_size"] == 4
         assert record["kept"] == 101
-        assert record["auroc"] == pytest.approx(roc_auc_score(target, scores), abs=1e-12)
-        assert record["auroc_sharded"] == pytest.approx(roc_auc_score(target, scores), abs=1e-12)
-        assert record["gauc"] == pytest.approx(gauc, abs=1e-12)
+        assert record["auroc"] == pytest.approx(f32(roc_auc_score(target, scores)), abs=1e-12)
+        assert record["auroc_sharded"] == pytest.approx(f32(roc_auc_score(target, scores)), abs=1e-12)
+        assert record["gauc"] == pytest.approx(f32(gauc), abs=1e-12)
 
 
 def test_metric_collection_example_under_torchrun(tmp_path: Path) -> None:
@@ -139,5 +140,5 @@ def test_metric_collection_example_under_torchrun(tmp_path: Path) -> None:
     scores, target = _example("metric_collection").make_data(301).tensors
     for record in _records(tmp_path, 2):
         assert [sorted(g) for g in record["compute_groups"]] == [["ap", "auroc", "best_f1", "pr_curve"]]
-        assert record["auroc"] == pytest.approx(roc_auc_score(target, scores), abs=1e-12)
-        assert record["ap"] == pytest.approx(average_precision_score(target, scores), abs=1e-12)
+        assert record["auroc"] == pytest.approx(f32(roc_auc_score(target, scores)), abs=1e-12)
+        assert record["ap"] == pytest.approx(f32(average_precision_score(target, scores)), abs=1e-12)

@@ -9,6 +9,7 @@ import pytest
 import torch
 from _data import rank_slice, scores_and_labels
 from _dist import DistPool
+from _float32 import f32
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from torchmetrics_varlen import MetricSyncError, VarlenAUROC, VarlenAveragePrecision
@@ -20,7 +21,7 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.f
 
 
 def _spread(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scores with few ties (float32-exact), correlated labels."""
+    """Scores with few ties (float32-exact), correlated labels: logits, ranked raw (``normalization=None``)."""
     gen = torch.Generator().manual_seed(seed)
     target = torch.randint(0, 2, (n,), generator=gen)
     preds = (torch.randn(n, generator=gen) + target).float().double()
@@ -42,7 +43,7 @@ def case_sharded(rank: int, world: int, n: int, seed: int, pattern: str, dtype: 
     out: dict[str, Any] = {}
     try:
         for name, cls in (("auroc", VarlenAUROC), ("ap", VarlenAveragePrecision)):
-            metric = cls(compute_sharded=True, sync_timeout=20)
+            metric = cls(compute_sharded=True, sync_timeout=20, normalization=None)
             x, y = preds[part].to(DTYPES[dtype]), target[part]
             metric.update(x[: len(x) // 2], y[: len(y) // 2])
             metric.update(x[len(x) // 2 :], y[len(y) // 2 :])
@@ -81,8 +82,8 @@ def test_sharded_equals_sklearn_and_no_rank_holds_everything(
     expected_auroc = roc_auc_score(target, reference)
     expected_ap = average_precision_score(target, reference)
     for out in outcomes:
-        assert out["auroc"] == pytest.approx(expected_auroc, abs=1e-12)
-        assert out["ap"] == pytest.approx(expected_ap, abs=1e-12)
+        assert out["auroc"] == pytest.approx(f32(expected_auroc), abs=1e-12)
+        assert out["ap"] == pytest.approx(f32(expected_ap), abs=1e-12)
         assert out["auroc"] == outcomes[0]["auroc"]  # the same bits on every rank
         assert out["ap"] == outcomes[0]["ap"]
         assert out["auroc_cached"]
@@ -100,7 +101,7 @@ def test_sharded_auroc_is_bitwise_the_single_process_value(pool: DistPool) -> No
     """Consistency with this package's own single-process value (the integer area makes AUROC bit-exact)."""
     n, seed = 3000, 5
     preds, target = _spread(n, seed)
-    single = VarlenAUROC()
+    single = VarlenAUROC(normalization=None)
     single.update(preds.float(), target)
     for world in (2, 3):
         for out in pool.values(case_sharded, world, n, seed, "uneven", "float32", False):
@@ -167,16 +168,16 @@ def test_sharded_with_sample_ids_drops_every_duplicate(pool: DistPool, world: in
     for out in pool.values(case_ids, world, task):
         for name, fn in (("auroc", roc_auc_score), ("ap", average_precision_score)):
             if task == "binary":
-                assert out[f"{name}-macro"] == pytest.approx(per_class[name][0], abs=1e-12)
+                assert out[f"{name}-macro"] == pytest.approx(f32(per_class[name][0]), abs=1e-12)
                 assert out[f"{name}-macro-kept"] == n
                 continue
-            assert out[f"{name}-none"] == pytest.approx(per_class[name], abs=1e-12)
+            assert out[f"{name}-none"] == pytest.approx(f32(per_class[name]), abs=1e-12)
             macro = sum(per_class[name]) / 3
             weighted = sum(v * s for v, s in zip(per_class[name], support, strict=True)) / support.sum()
-            assert out[f"{name}-macro"] == pytest.approx(macro, abs=1e-12)
-            assert out[f"{name}-weighted"] == pytest.approx(weighted, abs=1e-12)
+            assert out[f"{name}-macro"] == pytest.approx(f32(macro), abs=1e-12)
+            assert out[f"{name}-weighted"] == pytest.approx(f32(weighted), abs=1e-12)
             if task == "multilabel":
-                assert out[f"{name}-micro"] == pytest.approx(fn(onehot.ravel(), scores.ravel()), abs=1e-12)
+                assert out[f"{name}-micro"] == pytest.approx(f32(fn(onehot.ravel(), scores.ravel())), abs=1e-12)
             assert out[f"{name}-macro-kept"] == n
 
 
@@ -239,4 +240,4 @@ def test_single_process_ignores_the_option() -> None:
     preds, target = _spread(500, 1)
     metric = VarlenAveragePrecision(compute_sharded=True)
     metric.update(preds, target)
-    assert metric.compute().item() == pytest.approx(average_precision_score(target, preds), abs=1e-12)
+    assert metric.compute().item() == pytest.approx(f32(average_precision_score(target, preds)), abs=1e-12)
