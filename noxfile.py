@@ -75,3 +75,14 @@ def bench(session: nox.Session) -> None:
     session.install(".[test]")
     session.run("python", "benchmarks/bench_exact.py", *session.posargs)
     session.run("python", "benchmarks/bench_sync.py")
+
+
+@nox.session(default=False, venv_backend="none")
+def device(session: nox.Session) -> None:
+    """The prepared GPU check (``benchmarks/device_check.py``; a dry run on CPU where there is no CUDA device).
+
+    No virtualenv and no install: it runs ``python`` from the PATH, which must have a CUDA build of PyTorch,
+    torchmetrics and scikit-learn (a fresh venv would download PyTorch; GPU machines often have no network). The
+    package is imported from this checkout. Arguments after ``--`` go to the script (``--sizes``, ``--out``, ...).
+    """
+    session.run("python", "benchmarks/device_check.py", *session.posargs, external=True)

@@ -1,0 +1,912 @@
+"""The GPU path in one prepared command: distributed correctness with CUDA states, then exact AUROC / AP timings.
+
+On a CUDA machine, from the repository root (the package is imported from this checkout; torch, torchmetrics,
+scikit-learn and NumPy must be installed)::
+
+    python benchmarks/device_check.py                      # or: nox -s device
+    python benchmarks/device_check.py --sizes 1e7,1e8 --parts bench --out /tmp/check.json
+
+1. **Correctness.** The distributed cases (uneven shards with an empty rank, ``DistributedSampler`` padding with
+   ``dataset_size=``, ``sample_ids=``, ``compute_on_rank=0``, ``compute_sharded=True``, ``compute_on_cpu=True``,
+   multiclass, the 16-bit mode and ``gather_varlen``) run with the metric states on ``cuda``: W = 2 spawned ranks
+   sharing the one GPU over gloo, then W = 1 over NCCL (NCCL refuses two ranks on one device). Every rank's value is
+   compared with scikit-learn on the full, undistributed data (absolute 1e-6). Every collective is bounded: the
+   metrics' ``sync_timeout``, the process group's timeout, and a deadline after which the parent kills the ranks. A
+   case that fails or kills a rank is recorded and the remaining cases go on in fresh processes.
+2. **Timings** at each ``--sizes`` N (default 1e7, 1e8, 5e8; float32 scores, int64 labels, generated on the GPU):
+   this package's exact ``auroc`` / ``average_precision`` and ``VarlenAUROC``, against ``torch.sort`` of the same
+   scores and torchmetrics' ``BinaryAUROC``, plus the 16-bit histogram mode; the median of ``--repeats`` calls with
+   ``torch.cuda.synchronize()`` after each (so before the next), and the peak of ``torch.cuda.max_memory_allocated``
+   above the level at the start of the first call, as a multiple of the variant's input. A size whose data cannot
+   fit in the free GPU memory is skipped; repeats are cut, then variants skipped, when ``--budget`` seconds would be
+   exceeded; every skip is said in the table.
+3. **Output.** One JSON file (``--out``; default ``$OUT/device_check.json`` when ``OUT`` is set, else
+   ``./device_check.json``) and markdown tables on stdout, with the performance targets reported as met / not met
+   (never asserted). The exit status is 1 if any correctness case did not pass (or a timed call raised), else 0.
+
+Without a CUDA device the same code runs as a dry run on CPU at tiny sizes (gloo, W = 2 and W = 1) and exits 0 with
+a "no CUDA device" message when every case passes: CI runs it, so the script cannot rot.
+"""
+
+from __future__ import annotations
+
+import time
+
+_STARTED = time.monotonic()  # the --budget counts from here: the imports below are part of it
+
+import argparse  # noqa: E402 - after the clock on purpose
+import contextlib  # noqa: E402
+import datetime  # noqa: E402
+import functools  # noqa: E402
+import gc  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import traceback  # noqa: E402
+from collections.abc import Callable, Iterable  # noqa: E402
+from dataclasses import asdict, dataclass  # noqa: E402
+from multiprocessing import connection as mp_connection  # noqa: E402
+from typing import Any  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_ROOT = os.path.dirname(_HERE)
+
+TOL = 1e-6  # absolute, against scikit-learn on the full data
+CASE_N = 200_000  # samples per correctness case: more than 2 chunks of 65,536, so the streaming crosses chunk ends
+BATCH = 8192
+CLASSES = 5
+GIB = 2**30
+
+# ----------------------------------------------------------------------------------------------- correctness cases
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """Where a case runs: this rank, the world size, the device of the states, the metrics' sync timeout."""
+
+    rank: int
+    world: int
+    device: torch.device
+    sync_timeout: float
+
+
+@functools.lru_cache(maxsize=8)
+def binary_data(kind: str, n: int = CASE_N) -> tuple[Tensor, Tensor]:
+    """Deterministic scores (float32) and int64 labels: ``probs`` in [0, 1], ``logits`` or a ``grid`` with ties.
+
+    The grid is ``k / 128``: exact in float16 and bfloat16, so the 16-bit mode must match scikit-learn exactly.
+    """
+    gen = torch.Generator().manual_seed(0)
+    target = torch.randint(0, 2, (n,), generator=gen)
+    if kind == "grid":
+        preds = (torch.randint(0, 97, (n,), generator=gen) + 32 * target).float() / 128
+    elif kind == "logits":  # negative scores: the wide (twice the width) sort keys
+        preds = torch.randn(n, generator=gen) * 2 + target
+    else:
+        preds = torch.rand(n, generator=gen) * 0.8 + 0.2 * target
+    return preds, target
+
+
+@functools.lru_cache(maxsize=1)
+def multiclass_data(n: int = CASE_N // 4) -> tuple[Tensor, Tensor]:
+    """Softmax class scores ``(n, CLASSES)`` (in [0, 1]: no softmax is applied again) and class indices."""
+    gen = torch.Generator().manual_seed(1)
+    target = torch.randint(0, CLASSES, (n,), generator=gen)
+    logits = torch.randn(n, CLASSES, generator=gen) + 1.5 * torch.nn.functional.one_hot(target, CLASSES)
+    return logits.softmax(dim=1), target
+
+
+def share(n: int, ctx: Ctx, empty_first: bool = False) -> slice:
+    """This rank's contiguous share: rank r gets weight r + 1 (uneven), or r (rank 0 empty) with ``empty_first``."""
+    weights = [r + (0 if empty_first else 1) for r in range(ctx.world)]
+    if not sum(weights):
+        weights = [1]
+    cuts = [n * sum(weights[:r]) // sum(weights) for r in range(ctx.world + 1)]
+    return slice(cuts[ctx.rank], cuts[ctx.rank + 1])
+
+
+def sampler_rows(n: int, ctx: Ctx, rank: int | None = None) -> Tensor:
+    """The indices a shuffling ``DistributedSampler(drop_last=False)`` deals to a rank, its padding included."""
+    from torch.utils.data import DistributedSampler
+
+    rank = ctx.rank if rank is None else rank
+    dataset: Any = range(n)  # the sampler only needs len()
+    return torch.tensor(list(DistributedSampler(dataset, num_replicas=ctx.world, rank=rank, shuffle=True, seed=0)))
+
+
+def make(cls: Any, ctx: Ctx, **kwargs: Any) -> Any:
+    """A metric with a bounded sync, its states on the case's device."""
+    return cls(sync_timeout=ctx.sync_timeout, **kwargs).to(ctx.device)
+
+
+def feed(metrics: Iterable[Any], preds: Tensor, target: Tensor, ctx: Ctx, ids: Tensor | None = None) -> None:
+    """Update every metric batch by batch with the batches on the case's device."""
+    metrics = list(metrics)
+    for a in range(0, preds.shape[0], BATCH):
+        extra = {} if ids is None else {"sample_ids": ids[a : a + BATCH].to(ctx.device)}
+        p, t = preds[a : a + BATCH].to(ctx.device), target[a : a + BATCH].to(ctx.device)
+        for metric in metrics:
+            metric.update(p, t, **extra)
+
+
+def values(metrics: dict[str, Any]) -> dict[str, list[float]]:
+    """``compute()`` of every metric (on every rank, in the same order), as lists of floats."""
+    return {name: m.compute().double().reshape(-1).cpu().tolist() for name, m in metrics.items()}
+
+
+def _case_uneven(ctx: Ctx) -> dict[str, Any]:
+    from torchmetrics_varlen import VarlenAUROC, VarlenAveragePrecision
+
+    preds, target = binary_data("probs")
+    part = share(CASE_N, ctx)
+    metrics = {"auroc": make(VarlenAUROC, ctx), "ap": make(VarlenAveragePrecision, ctx)}
+    feed(metrics.values(), preds[part], target[part], ctx)
+    return values(metrics)
+
+
+def _case_empty_rank(ctx: Ctx) -> dict[str, Any]:
+    from torchmetrics_varlen import VarlenAUROC, VarlenAveragePrecision
+
+    preds, target = binary_data("logits")
+    part = share(CASE_N, ctx, empty_first=True)  # rank 0 never calls update()
+    raw = {"normalization": None}  # rank the raw logits (no sigmoid): the wide sort keys, as scikit-learn does
+    metrics = {"auroc": make(VarlenAUROC, ctx, **raw), "ap": make(VarlenAveragePrecision, ctx, **raw)}
+    feed(metrics.values(), preds[part], target[part], ctx)
+    return values(metrics)
+
+
+def _case_dataset_size(ctx: Ctx) -> dict[str, Any]:
+    from torchmetrics_varlen import VarlenAUROC, VarlenAveragePrecision
+
+    n = CASE_N + 1  # odd: the sampler pads when W = 2
+    preds, target = binary_data("probs", n)
+    rows = sampler_rows(n, ctx)
+    metrics = {"auroc": make(VarlenAUROC, ctx, dataset_size=n), "ap": make(VarlenAveragePrecision, ctx, dataset_size=n)}
+    feed(metrics.values(), preds[rows], target[rows], ctx)
+    out = values(metrics)
+    out["kept"] = [float(metrics["auroc"].sync_report.kept)]
+    return out
+
+
+def duplicated_rows(n: int, ctx: Ctx) -> Tensor:
+    """Sampler rows (padding included) plus the first 500 rows of the next rank: every copy must count once."""
+    return torch.cat([sampler_rows(n, ctx), sampler_rows(n, ctx, (ctx.rank + 1) % ctx.world)[:500]])
+
+
+def _case_sample_ids(ctx: Ctx) -> dict[str, Any]:
+    from torchmetrics_varlen import VarlenAUROC, VarlenAveragePrecision
+
+    n = CASE_N + 1
+    preds, target = binary_data("probs", n)
+    rows = duplicated_rows(n, ctx)
+    metrics = {"auroc": make(VarlenAUROC, ctx), "ap": make(VarlenAveragePrecision, ctx)}
+    feed(metrics.values(), preds[rows], target[rows], ctx, ids=rows)
+    out = values(metrics)
+    out["kept"] = [float(metrics["auroc"].sync_report.kept)]
+    return out
+
+
+def _case_on_rank0(ctx: Ctx) -> dict[str, Any]:
+    from torchmetrics_varlen import VarlenAUROC, VarlenAveragePrecision
+
+    preds, target = binary_data("probs")
+    part = share(CASE_N, ctx)
+    metrics = {
+        "auroc": make(VarlenAUROC, ctx, compute_on_rank=0),
+        "ap": make(VarlenAveragePrecision, ctx, compute_on_rank=0),
+    }
+    feed(metrics.values(), preds[part], target[part], ctx)
+    return values(metrics)
+
+
+def _case_sharded(ctx: Ctx) -> dict[str, Any]:
+    from torchmetrics_varlen import VarlenAUROC, VarlenAveragePrecision
+
+    preds, target = binary_data("grid")  # heavy ties: runs of equal scores cross the splitters and the chunk ends
+    part = share(CASE_N, ctx)
+    metrics = {
+        "auroc": make(VarlenAUROC, ctx, compute_sharded=True),
+        "ap": make(VarlenAveragePrecision, ctx, compute_sharded=True),
+    }
+    feed(metrics.values(), preds[part], target[part], ctx)
+    n = CASE_N + 1
+    preds, target = binary_data("probs", n)
+    rows = duplicated_rows(n, ctx)
+    with_ids = {"auroc, sample_ids": make(VarlenAUROC, ctx, compute_sharded=True)}  # rows routed by id first
+    feed(with_ids.values(), preds[rows], target[rows], ctx, ids=rows)
+    return {**values(metrics), **values(with_ids)}
+
+
+def _case_compute_on_cpu(ctx: Ctx) -> dict[str, Any]:
+    from torchmetrics_varlen import VarlenAUROC, VarlenAveragePrecision
+
+    preds, target = binary_data("probs")
+    part = share(CASE_N, ctx)
+    metrics = {
+        "auroc": make(VarlenAUROC, ctx, compute_on_cpu=True),
+        "ap, sharded": make(VarlenAveragePrecision, ctx, compute_on_cpu=True, compute_sharded=True),
+        "auroc, on rank 0": make(VarlenAUROC, ctx, compute_on_cpu=True, compute_on_rank=0),
+    }
+    feed(metrics.values(), preds[part], target[part], ctx)
+    return values(metrics)
+
+
+def _case_multiclass(ctx: Ctx) -> dict[str, Any]:
+    from torchmetrics_varlen import VarlenAUROC, VarlenAveragePrecision
+
+    preds, target = multiclass_data()
+    part = share(preds.shape[0], ctx)
+    task = {"task": "multiclass", "num_classes": CLASSES}
+    metrics = {
+        "auroc per class": make(VarlenAUROC, ctx, average="none", **task),
+        "ap per class": make(VarlenAveragePrecision, ctx, average="none", **task),
+        "auroc macro": make(VarlenAUROC, ctx, average="macro", **task),
+        "auroc per class, sharded": make(VarlenAUROC, ctx, average="none", compute_sharded=True, **task),
+    }
+    feed(metrics.values(), preds[part], target[part], ctx)
+    return values(metrics)
+
+
+def _case_16bit(ctx: Ctx) -> dict[str, Any]:
+    from torchmetrics_varlen import VarlenAUROC, VarlenAveragePrecision
+
+    preds, target = binary_data("grid")
+    part = share(CASE_N, ctx, empty_first=True)
+    auroc = {"auroc float16": make(VarlenAUROC, ctx, thresholds=torch.float16)}
+    ap = {"ap bfloat16": make(VarlenAveragePrecision, ctx, thresholds=torch.bfloat16)}
+    feed(auroc.values(), preds[part].half(), target[part], ctx)
+    feed(ap.values(), preds[part].bfloat16(), target[part], ctx)
+    return {**values(auroc), **values(ap)}
+
+
+def gather_inputs(rank: int) -> tuple[Tensor, Tensor]:
+    """Rank ``rank``'s tensors for ``gather_varlen``: ``(1000 r, 3)`` float32 (rank 0 empty) and int64 rows."""
+    rows = 1000 * rank
+    floats = torch.arange(rows * 3, dtype=torch.float32).reshape(rows, 3) + 0.25 * rank
+    ints = torch.arange(17 * rank + 3, dtype=torch.int64) - 5 * rank
+    return floats, ints
+
+
+def _case_gather_varlen(ctx: Ctx) -> dict[str, Any]:
+    from torchmetrics_varlen import gather_varlen
+
+    out: dict[str, list[float]] = {}
+    mine = gather_inputs(ctx.rank)
+    for i, name in enumerate(("float32 (n, 3)", "int64 (n,)")):
+        got = gather_varlen(mine[i].to(ctx.device), sync_timeout=ctx.sync_timeout)
+        want = torch.cat([gather_inputs(r)[i] for r in range(ctx.world)])
+        same_shape = got.shape == want.shape and got.dtype == want.dtype
+        error = (got.cpu().double() - want.double()).abs().max().item() if same_shape and want.numel() else 0.0
+        out[f"{name}: max |error|"] = [error if same_shape else float("inf")]
+        out[f"{name}: on {ctx.device.type}"] = [float(got.device.type == ctx.device.type)]
+    return out
+
+
+CASES: dict[str, Callable[[Ctx], dict[str, Any]]] = {
+    "uneven shards": _case_uneven,
+    "empty rank, logits": _case_empty_rank,
+    "sampler padding, dataset_size": _case_dataset_size,
+    "sample_ids, duplicates": _case_sample_ids,
+    "compute_on_rank=0": _case_on_rank0,
+    "compute_sharded=True": _case_sharded,
+    "compute_on_cpu=True": _case_compute_on_cpu,
+    "multiclass": _case_multiclass,
+    "16-bit mode": _case_16bit,
+    "gather_varlen": _case_gather_varlen,
+}
+
+
+@functools.lru_cache(maxsize=8)
+def reference(kind: str, n: int = CASE_N) -> dict[str, list[float]]:
+    """scikit-learn's AUROC and AP on the full binary data set."""
+    from sklearn.metrics import average_precision_score, roc_auc_score
+
+    preds, target = binary_data(kind, n)
+    p, t = preds.double().numpy(), target.numpy()
+    return {"auroc": [float(roc_auc_score(t, p))], "ap": [float(average_precision_score(t, p))]}
+
+
+def multiclass_reference() -> dict[str, list[float]]:
+    """scikit-learn one-vs-rest per class on the full multiclass data set."""
+    from sklearn.metrics import average_precision_score, roc_auc_score
+
+    preds, target = multiclass_data()
+    p, t = preds.double().numpy(), target.numpy()
+    auroc = [float(roc_auc_score(t == k, p[:, k])) for k in range(CLASSES)]
+    ap = [float(average_precision_score(t == k, p[:, k])) for k in range(CLASSES)]
+    return {
+        "auroc per class": auroc,
+        "ap per class": ap,
+        "auroc macro": [sum(auroc) / CLASSES],
+        "auroc per class, sharded": auroc,
+    }
+
+
+def expected(case: str, device_type: str) -> dict[str, list[float]]:
+    """What every rank must return for ``case`` (scikit-learn on the full data, or exact values)."""
+    probs, padded = reference("probs"), reference("probs", CASE_N + 1)
+    grid = reference("grid")
+    table: dict[str, Callable[[], dict[str, list[float]]]] = {
+        "uneven shards": lambda: probs,
+        "empty rank, logits": lambda: reference("logits"),
+        "sampler padding, dataset_size": lambda: {**padded, "kept": [float(CASE_N + 1)]},
+        "sample_ids, duplicates": lambda: {**padded, "kept": [float(CASE_N + 1)]},
+        "compute_on_rank=0": lambda: probs,
+        "compute_sharded=True": lambda: {**grid, "auroc, sample_ids": padded["auroc"]},
+        "compute_on_cpu=True": lambda: {
+            "auroc": probs["auroc"],
+            "ap, sharded": probs["ap"],
+            "auroc, on rank 0": probs["auroc"],
+        },
+        "multiclass": multiclass_reference,
+        "16-bit mode": lambda: {"auroc float16": grid["auroc"], "ap bfloat16": grid["ap"]},
+        "gather_varlen": lambda: {
+            key: [value]
+            for name in ("float32 (n, 3)", "int64 (n,)")
+            for key, value in ((f"{name}: max |error|", 0.0), (f"{name}: on {device_type}", 1.0))
+        },
+    }
+    return table[case]()
+
+
+Outcome = tuple[str, Any, str, float]  # (status, value, error text, seconds) of one case on one rank
+
+
+def compare(case: str, device_type: str, outcomes: dict[int, Outcome]) -> tuple[str, float | None, str]:
+    """``(status, largest absolute error, details)`` of one case from every rank's outcome."""
+    errors = [f"rank {r}: {o[2].strip()}" for r, o in sorted(outcomes.items()) if o[0] != "ok"]
+    if errors:
+        return "fail", None, "\n".join(errors)
+    want = expected(case, device_type)
+    worst, problems = 0.0, []
+    for rank, (_, got, _, _) in sorted(outcomes.items()):
+        if sorted(got) != sorted(want):
+            problems.append(f"rank {rank}: returned {sorted(got)}, expected {sorted(want)}")
+            continue
+        for key, ref in want.items():
+            if len(got[key]) != len(ref):
+                problems.append(f"rank {rank}: {key} has {len(got[key])} values, expected {len(ref)}")
+                continue
+            for value, truth in zip(got[key], ref, strict=True):
+                error = abs(value - truth)
+                worst = max(worst, error) if error == error else float("inf")  # NaN is never within tolerance
+                if not error <= TOL:
+                    problems.append(f"rank {rank}: {key} = {value!r}, expected {truth!r}")
+    return ("fail" if problems else "pass"), worst, "\n".join(problems)
+
+
+# ------------------------------------------------------------------------------------------- the spawned ranks
+
+
+def _describe(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
+
+
+def _rank_main(
+    rank: int,
+    world: int,
+    backend: str,
+    device_type: str,
+    init_file: str,
+    cases: list[str],
+    results: Any,
+    timeouts: tuple[float, float],
+) -> None:
+    """One spawned rank: join the group, run the cases in order, send one result per case through ``results``."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    pg_timeout, sync_timeout = timeouts
+    device = torch.device("cuda", 0) if device_type == "cuda" else torch.device("cpu")
+    try:
+        if device.type == "cuda":
+            torch.cuda.set_device(device)  # the ranks share the one GPU (gloo); NCCL runs one rank
+        dist.init_process_group(
+            backend,
+            init_method=f"file://{init_file}",
+            rank=rank,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=pg_timeout),
+        )
+    except BaseException as err:  # noqa: BLE001 - reported to the parent
+        results.send((rank, cases[0], "error", None, "joining the process group: " + _describe(err), 0.0))
+        return
+    ctx = Ctx(rank, world, device, sync_timeout)
+    for name in cases:
+        started = time.monotonic()
+        try:
+            value = CASES[name](ctx)
+            results.send((rank, name, "ok", value, "", time.monotonic() - started))
+        except BaseException as err:  # noqa: BLE001 - reported to the parent, which decides
+            results.send((rank, name, "error", None, _describe(err), time.monotonic() - started))
+    dist.destroy_process_group()
+
+
+@dataclass
+class CaseResult:
+    """One correctness case on one backend and world size."""
+
+    backend: str
+    world: int
+    device: str
+    case: str
+    status: str  # "pass", "fail" or "not run"
+    max_abs_error: float | None  # None when some rank returned no value
+    seconds: float  # the slowest rank
+    detail: str = ""
+
+
+@dataclass
+class Group:
+    """How one set of ranks runs: backend, world size, device of the states, timeouts, deadline."""
+
+    backend: str
+    world: int
+    device_type: str
+    pg_timeout: float
+    sync_timeout: float
+    deadline: float  # time.monotonic() after which the ranks are killed
+
+
+class _Ranks:
+    """The spawned ranks of one group running a list of cases, and what they reported so far.
+
+    Each rank sends its results through its own pipe, synchronously: a result sent just before the rank dies still
+    arrives. A rank that dies is a failure of the case it was in; a rank that has not reported a case
+    ``sync_timeout + 15`` seconds after another rank did (or by the deadline) is hung.
+    """
+
+    def __init__(self, group: Group, todo: list[str], init_file: str) -> None:
+        ctx = mp.get_context("spawn")
+        self.group = group
+        self.got: dict[str, dict[int, Outcome]] = {c: {} for c in todo}
+        self.first_seen: dict[str, float] = {}
+        self.procs: list[Any] = []
+        self.readers: list[Any] = []
+        timeouts = (group.pg_timeout, group.sync_timeout)
+        for rank in range(group.world):
+            reader, writer = ctx.Pipe(duplex=False)
+            args = (rank, group.world, group.backend, group.device_type, init_file, todo, writer, timeouts)
+            proc = ctx.Process(target=_rank_main, args=args, daemon=True)
+            proc.start()
+            writer.close()  # the rank holds the only writing end now
+            self.procs.append(proc)
+            self.readers.append(reader)
+
+    def _record(self, case: str, rank: int, outcome: Outcome) -> None:
+        self.got[case][rank] = outcome
+        self.first_seen.setdefault(case, time.monotonic())
+
+    def poll(self, case: str) -> None:
+        """Read what arrives within 0.2 s; on silence, mark dead ranks, and hung ones past the grace or deadline."""
+        ready: list[Any] = mp_connection.wait(self.readers, timeout=0.2)
+        for conn in ready:
+            try:
+                rank, name, *outcome = conn.recv()
+            except EOFError:  # the rank exited: every result it sent was read before the end of its pipe
+                self.readers.remove(conn)
+                continue
+            self._record(name, rank, (outcome[0], outcome[1], outcome[2], outcome[3]))
+        if ready:
+            return
+        for rank, proc in enumerate(self.procs):
+            if not proc.is_alive() and rank not in self.got[case]:
+                self._record(case, rank, ("died", None, f"the rank died (exit code {proc.exitcode})", 0.0))
+        now = time.monotonic()
+        late = case in self.first_seen and now > self.first_seen[case] + self.group.sync_timeout + 15
+        if late or now > self.group.deadline:
+            why = "long after another rank reported this case" if late else "before the deadline"
+            for rank in set(range(self.group.world)) - set(self.got[case]):
+                self._record(case, rank, ("hung", None, f"no result {why}: killed", 0.0))
+
+    def close(self, clean: bool) -> None:
+        """Let ranks that finished exit (``clean``), kill the others."""
+        for proc in self.procs:
+            proc.join(timeout=10 if clean else 0.1)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=10)
+        for reader in self.readers:
+            reader.close()
+
+
+def _one_spawn(group: Group, todo: list[str]) -> tuple[list[CaseResult], list[str]]:
+    """Run ``todo`` in fresh ranks up to the first case that does not pass; return the results and the cases left."""
+    out: list[CaseResult] = []
+    pending = list(todo)
+    with tempfile.TemporaryDirectory() as tmp:
+        ranks = _Ranks(group, todo, os.path.join(tmp, "store"))
+        try:
+            while pending:
+                ranks.poll(pending[0])
+                while pending and len(ranks.got[pending[0]]) == group.world:
+                    out.append(_conclude(group, pending[0], ranks.got[pending.pop(0)]))
+                    if out[-1].status != "pass":
+                        return out, pending  # the ranks may be out of step now: fresh ones for the rest
+        finally:
+            ranks.close(clean=not out or out[-1].status == "pass")
+    return out, pending
+
+
+def _conclude(group: Group, case: str, outcomes: dict[int, Outcome]) -> CaseResult:
+    status, worst, detail = compare(case, group.device_type, outcomes)
+    seconds = max(o[3] for o in outcomes.values())
+    return CaseResult(group.backend, group.world, group.device_type, case, status, worst, seconds, detail)
+
+
+def run_group(group: Group, cases: list[str]) -> list[CaseResult]:
+    """Every case on one group of spawned ranks; a failing case does not stop the others."""
+    results: list[CaseResult] = []
+    todo = list(cases)
+    while todo:
+        if time.monotonic() >= group.deadline:
+            why = "time budget spent before this case"
+            args = (group.backend, group.world, group.device_type)
+            results += [CaseResult(*args, case, "not run", None, 0.0, why) for case in todo]
+            break
+        done, todo = _one_spawn(group, todo)
+        results += done
+    return results
+
+
+# ------------------------------------------------------------------------------------------------------ timings
+
+BENCH_VARIANTS = [
+    "torch.sort",  # all but the two 16-bit ones are benchmarks/bench_exact.py's variants, run as they are there
+    "varlen auroc",
+    "VarlenAUROC update+compute",
+    "BinaryAUROC update+compute",
+    "16-bit: VarlenAUROC(thresholds=float16), float16 scores",
+    "varlen ap",
+    "16-bit: VarlenAUROC(thresholds=bfloat16), float32 scores",
+]
+INPUT_BYTES_PER_SAMPLE = 12  # float32 score + int64 label
+
+
+def device_data(n: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """bench_exact's data (float32 probabilities, int64 labels), generated on ``device``."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    target = torch.randint(0, 2, (n,), device=device, generator=gen)
+    preds = torch.rand(n, device=device, generator=gen).mul_(0.8).add_(target, alpha=0.2)
+    return preds, target
+
+
+def _nbytes(*tensors: Tensor) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def bench_fn(name: str, preds: Tensor, target: Tensor, device: torch.device) -> tuple[Callable[[], Any], int]:
+    """The call to time for variant ``name`` and the bytes of its input."""
+    if name.startswith("16-bit"):
+        from torchmetrics_varlen import VarlenAUROC
+
+        half = "float16" in name
+        scores = preds.half() if half else preds
+        dtype = torch.float16 if half else torch.bfloat16
+
+        def run16() -> Any:
+            metric = VarlenAUROC(thresholds=dtype, validate_args=False).to(device)  # the histogram state there
+            metric.update(scores, target)
+            return metric.compute()
+
+        return run16, _nbytes(scores, target)
+    from bench_exact import _variant
+
+    return _variant(name, preds, target), _nbytes(preds, target)
+
+
+def _synced(fn: Callable[[], Any], device: torch.device) -> Callable[[], Any]:
+    if device.type != "cuda":
+        return fn
+
+    def run() -> Any:
+        out = fn()
+        torch.cuda.synchronize()  # every call ends idle, so the next one starts on an idle device
+        return out
+
+    return run
+
+
+def peak_extra(fn: Callable[[], Any], device: torch.device) -> int:
+    """Peak memory of one call above the level at its start: CUDA allocator on a GPU, RSS on CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        return int(torch.cuda.max_memory_allocated() - base)
+    from _measure import PeakRSS
+
+    with PeakRSS() as mem:
+        fn()
+    return int(mem.extra)
+
+
+def _free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def measure(
+    name: str, n: int, data: tuple[Tensor, Tensor], device: torch.device, repeats: int, deadline: float
+) -> dict[str, Any]:
+    """One variant at one size: peak memory of the first call, then the median of up to ``repeats`` calls."""
+    from _measure import median_time
+
+    row: dict[str, Any] = {"n": n, "variant": name, "seconds": None, "repeats": 0, "note": ""}
+    try:
+        fn, row["input_bytes"] = bench_fn(name, *data, device)
+        synced = _synced(fn, device)
+        start = time.perf_counter()
+        row["peak_extra_bytes"] = peak_extra(synced, device)
+        row["first_call_s"] = first = time.perf_counter() - start
+        affordable = int((deadline - time.monotonic()) / max(first, 1e-6)) - 1  # median_time warms up once more
+        row["repeats"] = max(0, min(repeats, affordable))
+        if row["repeats"]:
+            row["seconds"] = median_time(synced, row["repeats"])
+        else:
+            row["seconds"] = first
+            row["note"] = "time budget: first call only (with its warm-up costs)"
+        if 0 < row["repeats"] < repeats:
+            row["note"] = f"time budget: median of {row['repeats']}"
+        del fn, synced
+    except torch.OutOfMemoryError:
+        row["note"] = "out of GPU memory"
+    except Exception as err:  # noqa: BLE001 - a crash on the device path is a finding: recorded, the rest goes on
+        row["note"] = f"error: {type(err).__name__}: {_first_line(str(err))}"
+        row["error"] = _describe(err)
+    finally:
+        _free_memory()
+    return row
+
+
+def _skip_size(n: int, device: torch.device, mem_factor: float) -> str:
+    """Why size ``n`` cannot run here, or ``""``."""
+    if device.type != "cuda":
+        return ""
+    free, _ = torch.cuda.mem_get_info()
+    need = (1 + mem_factor) * n * INPUT_BYTES_PER_SAMPLE
+    if free < need:
+        return f"skipped: needs ~{need / GIB:.1f} GiB free (input x {1 + mem_factor:g}), {free / GIB:.1f} GiB free"
+    return ""
+
+
+def bench(
+    sizes: list[int], device: torch.device, repeats: int, deadline: float, mem_factor: float
+) -> list[dict[str, Any]]:
+    """Every variant at every size, in order, within the deadline and the free memory."""
+    rows: list[dict[str, Any]] = []
+    warm = device_data(1000, device)
+    for name in BENCH_VARIANTS:  # imports, lazy initialisation and kernels, on small data
+        with contextlib.suppress(Exception):  # an error raises again, and is recorded, in measure()
+            _synced(bench_fn(name, *warm, device)[0], device)()
+    del warm
+    last_first: dict[str, tuple[int, float]] = {}
+    for n in sizes:
+        _free_memory()
+        skip = _skip_size(n, device, mem_factor)
+        if skip:
+            rows.append({"n": n, "variant": "(all)", "seconds": None, "repeats": 0, "note": skip})
+            continue
+        data = device_data(n, device)
+        for name in BENCH_VARIANTS:
+            prev_n, prev_first = last_first.get(name, (n, 0.0))
+            if time.monotonic() + prev_first * n / prev_n > deadline:
+                rows.append({"n": n, "variant": name, "seconds": None, "repeats": 0, "note": "skipped: time budget"})
+                continue
+            rows.append(measure(name, n, data, device, repeats, deadline))
+            if rows[-1].get("first_call_s") is not None:
+                last_first[name] = (n, rows[-1]["first_call_s"])
+        del data
+    _free_memory()
+    return rows
+
+
+def targets(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """The issue's performance targets at size ``n``: measured ratio and met / not met (never asserted)."""
+    at = {r["variant"]: r for r in rows if r["n"] == n and r.get("seconds") and r["repeats"]}
+
+    def ratio(num: str, den: str) -> float | None:
+        return at[num]["seconds"] / at[den]["seconds"] if num in at and den in at else None
+
+    def memory(name: str) -> float | None:
+        return at[name]["peak_extra_bytes"] / at[name]["input_bytes"] if name in at else None
+
+    checks = [
+        ("exact `auroc` time / one `torch.sort` of the scores", ratio("varlen auroc", "torch.sort"), "<=", 1.5),
+        (
+            "torchmetrics `BinaryAUROC` time / `VarlenAUROC` time (update + compute)",
+            ratio("BinaryAUROC update+compute", "VarlenAUROC update+compute"),
+            ">=",
+            3.0,
+        ),
+        ("peak memory of exact `auroc` above its input / the input", memory("varlen auroc"), "<=", 2.0),
+        ("peak memory of exact `average_precision` above its input / the input", memory("varlen ap"), "<=", 2.0),
+        (
+            "`torch.sort` time / 16-bit mode time (float16 scores, update + compute)",
+            ratio("torch.sort", "16-bit: VarlenAUROC(thresholds=float16), float16 scores"),
+            ">=",
+            10.0,
+        ),
+    ]
+    out = []
+    for what, value, op, bound in checks:
+        met = None if value is None else (value <= bound if op == "<=" else value >= bound)
+        out.append({"n": n, "target": f"{what} {op} {bound:g}", "measured": value, "met": met})
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------- output
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None or value != value else f"{value:.{digits}f}"
+
+
+def _first_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[0][:200] if lines else ""
+
+
+def print_cases(cases: list[CaseResult]) -> None:
+    """Markdown table of the correctness cases, then the first line of each failure."""
+    print("\n| backend | W | states on | case | result | max abs error | seconds |")
+    print("|---|---:|---|---|---|---:|---:|")
+    for c in cases:
+        err = "-" if c.max_abs_error is None else f"{c.max_abs_error:.1e}"
+        print(f"| {c.backend} | {c.world} | {c.device} | {c.case} | {c.status} | {err} | {c.seconds:.2f} |")
+    for c in cases:
+        if c.status != "pass":
+            print(f"- {c.backend} W={c.world} `{c.case}`: {_first_line(c.detail)}")
+
+
+def print_timings(rows: list[dict[str, Any]], device: torch.device) -> None:
+    """Markdown table of the timings with ratios to ``torch.sort`` and ``BinaryAUROC`` at the same N."""
+    memory = "peak extra MiB (CUDA allocator)" if device.type == "cuda" else "peak extra MiB (RSS)"
+    print(f"\n| N | variant | seconds | / `torch.sort` | / `BinaryAUROC` | {memory} | / input | repeats | note |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---|")
+    for row in rows:
+        same = {r["variant"]: r.get("seconds") for r in rows if r["n"] == row["n"]}
+        sec = row.get("seconds")
+        sort, tm = same.get("torch.sort"), same.get("BinaryAUROC update+compute")
+        extra = row.get("peak_extra_bytes")
+        print(
+            f"| {row['n']:.0e} | {row['variant']} | {_fmt(sec)} | {_fmt(sec / sort if sec and sort else None, 2)}"
+            f" | {_fmt(sec / tm if sec and tm else None, 2)} | {_fmt(None if extra is None else extra / 2**20, 1)}"
+            f" | {_fmt(None if extra is None else extra / row['input_bytes'], 2)} | {row['repeats']} | {row['note']} |"
+        )
+
+
+def print_targets(checks: list[dict[str, Any]]) -> None:
+    """Markdown table of the targets: measured value and met / not met."""
+    print("\n| N | target | measured | met |")
+    print("|---:|---|---:|---|")
+    for t in checks:
+        met = "not measured" if t["met"] is None else ("**met**" if t["met"] else "**not met**")
+        print(f"| {t['n']:.0e} | {t['target']} | {_fmt(t['measured'], 2)} | {met} |")
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    """Versions and the device, for the JSON."""
+    import sklearn
+    import torchmetrics
+
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchmetrics": torchmetrics.__version__,
+        "scikit-learn": sklearn.__version__,
+        "cuda": torch.version.cuda,
+        "device": "cpu (dry run)",
+        "nccl": dist.is_nccl_available(),
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env.update(device=props.name, gpu_memory_gib=round(props.total_memory / GIB, 1))
+    return env
+
+
+# --------------------------------------------------------------------------------------------------------- main
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--sizes", default=None, help="comma-separated N (default 1e7,1e8,5e8; no CUDA: 2000,20000)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed calls per variant (default 5; no CUDA: 2)")
+    parser.add_argument("--parts", default="dist,bench", help="what to run: dist, bench or both (default)")
+    parser.add_argument("--out", default=None, help="JSON file (default $OUT/device_check.json, ./device_check.json)")
+    parser.add_argument("--budget", type=float, default=285.0, help="seconds for everything, imports included")
+    parser.add_argument("--dist-budget", type=float, default=150.0, help="seconds from start for the distributed part")
+    parser.add_argument("--target-size", type=float, default=1e8, help="N at which the targets are judged")
+    parser.add_argument("--mem-factor", type=float, default=12.0, help="free GPU memory needed per input byte")
+    return parser.parse_args(argv)
+
+
+def _use_checkout() -> None:
+    """Import the package from this checkout, and the benchmark helpers beside this file (ranks inherit it)."""
+    for path in (_HERE, _ROOT):
+        if path in sys.path:
+            sys.path.remove(path)
+        sys.path.insert(0, path)
+
+
+def run_distributed(cuda: bool, dist_deadline: float) -> list[CaseResult]:
+    """The cases on W = 2 over gloo, then on W = 1 over NCCL (gloo on CPU).
+
+    The first group may use half of the time left to ``dist_deadline``, the second whatever is left then.
+    """
+    device_type = "cuda" if cuda else "cpu"
+    results: list[CaseResult] = []
+    runs = [("gloo", 2), ("nccl" if cuda else "gloo", 1)]
+    for i, (backend, world) in enumerate(runs):
+        now = time.monotonic()
+        deadline = now + (dist_deadline - now) / (len(runs) - i)
+        group = Group(backend, world, device_type, pg_timeout=60, sync_timeout=20, deadline=deadline)
+        if backend == "nccl" and not dist.is_nccl_available():
+            args = (backend, world, device_type)
+            results += [CaseResult(*args, c, "not run", None, 0.0, "NCCL is not available") for c in CASES]
+            continue
+        results += run_group(group, list(CASES))
+    return results
+
+
+def _jsonable(obj: Any) -> Any:
+    """``obj`` with non-finite floats as strings (strict JSON has no NaN or Infinity)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    return obj
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the check; 1 if any correctness case did not pass or a timed call raised (other than out of memory)."""
+    args = _parse_args(argv)
+    _use_checkout()
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    sizes = [int(float(s)) for s in (args.sizes or ("1e7,1e8,5e8" if cuda else "2000,20000")).split(",")]
+    repeats = args.repeats or (5 if cuda else 2)
+    parts = set(args.parts.split(","))
+    out_path = args.out or os.path.join(os.environ.get("OUT") or ".", "device_check.json")
+    if not cuda:
+        print(f"no CUDA device: dry run of the same code on CPU at tiny sizes (N = {sizes}), gloo W = 2 and W = 1")
+    report: dict[str, Any] = {"environment": environment(device), "dry_run": not cuda, "sizes": sizes}
+    print("environment: " + ", ".join(f"{k} {v}" for k, v in report["environment"].items()))
+    cases = run_distributed(cuda, min(_STARTED + args.dist_budget, _STARTED + args.budget)) if "dist" in parts else []
+    report["cases"] = [asdict(c) for c in cases]
+    rows = bench(sizes, device, repeats, _STARTED + args.budget - 5, args.mem_factor) if "bench" in parts else []
+    report["timings"] = rows
+    report["targets"] = targets(rows, int(args.target_size))
+    report["elapsed_s"] = time.monotonic() - _STARTED
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    with open(out_path, "w") as fh:
+        json.dump(_jsonable(report), fh, indent=1, default=str)
+    if cases:
+        print_cases(cases)
+    if rows:
+        print_timings(rows, device)
+        print_targets(report["targets"])
+    passed = sum(c.status == "pass" for c in cases)
+    crashed = [f"{r['variant']} at N={r['n']:.0e}" for r in rows if "error" in r]
+    summary = f"{passed}/{len(cases)} correctness cases passed" if cases else "correctness cases not run (--parts)"
+    print(f"\n{summary}; {report['elapsed_s']:.0f} s; JSON: {out_path}")
+    if crashed:
+        print("timed calls that raised: " + "; ".join(crashed))
+    if not cuda:
+        print("no CUDA device: this was the CPU dry run; nothing above is a GPU measurement.")
+    return 0 if passed == len(cases) and not crashed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
