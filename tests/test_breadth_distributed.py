@@ -135,7 +135,7 @@ def case_num_classes_mismatch(rank: int, world: int) -> str:
 
 def test_mismatched_num_classes_raises_on_every_rank_with_a_table(pool: DistPool) -> None:
     for text in pool.values(case_num_classes_mismatch, 3):
-        assert "the ranks disagree on `config`" in text
+        assert "the ranks disagree on `num_classes` (config)" in text
         for rank in range(3):
             assert f"rank {rank}: {{" in text
             assert f"'num_classes': {3 + rank}" in text

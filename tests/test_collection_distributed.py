@@ -89,13 +89,14 @@ def test_one_exchange_per_compute_group(pool: DistPool, world: int) -> None:
     p = preds.float().double()
     for out in pool.values(case_collection, world, True, False):
         assert out["groups"] == 1
-        # One exchange: one check-in, then one broadcast per rank (gloo), for the whole group's states.
-        assert out["counts"] == {"collectives": world, "check_ins": 1}
+        # One exchange: one check-in and its fixed-size metadata all-gather, then one broadcast per rank (gloo),
+        # for the whole group's states.
+        assert out["counts"] == {"collectives": 1 + world, "check_ins": 1}
         assert out["auroc"] == pytest.approx(f32(roc_auc_score(target, p)), abs=1e-12)
         assert out["ap"] == pytest.approx(f32(average_precision_score(target, p)), abs=1e-12)
     for out in pool.values(case_collection, world, True, True):
         assert out["groups"] == 2  # exact states and binned states cannot be shared
-        assert out["counts"] == {"collectives": world + 1, "check_ins": 2}  # + one all-reduce of binned counts
+        assert out["counts"] == {"collectives": 2 + world + 1, "check_ins": 2}  # + one all-reduce of binned counts
     for out in pool.values(case_collection, world, False, False):
-        assert out["counts"] == {"collectives": 5 * world, "check_ins": 5}  # without compute groups: one per metric
+        assert out["counts"] == {"collectives": 5 * (1 + world), "check_ins": 5}  # without compute groups: per metric
         assert out["auroc"] == pytest.approx(f32(roc_auc_score(target, p)), abs=1e-12)

@@ -99,8 +99,8 @@ def _count_collectives(fn: Any) -> int:
 def case_count(rank: int, world: int, n_states: int) -> dict[str, int]:
     from torchmetrics.classification import BinaryAUROC
 
-    from torchmetrics_varlen._dist.exchange import sync_states
-    from torchmetrics_varlen._dist.guard import resolve_group
+    from torchmetrics_varlen._dist.exchange import SyncRequest, sync_states
+    from torchmetrics_varlen._dist.group import GroupLayout
 
     preds, target = scores_and_labels(40, 0)
     part = slice(rank * 7, rank * 7 + 5 + rank)
@@ -114,11 +114,8 @@ def case_count(rank: int, world: int, n_states: int) -> dict[str, int]:
         metric.update(preds[part].float(), target[part])
         counts[key] = _count_collectives(metric.compute)
     states = {f"s{i}": [torch.arange(rank + i, dtype=torch.float32), torch.ones(2)] for i in range(n_states)}
-    counts["states"] = _count_collectives(
-        lambda: sync_states(
-            states, {}, config={}, group=resolve_group(None), timeout=20, what="t", fix="", device=torch.device("cpu")
-        )
-    )
+    request = SyncRequest(GroupLayout.of(None), "states", {}, 20, "t", "")
+    counts["states"] = _count_collectives(lambda: sync_states(request, states, {}, device=torch.device("cpu")))
     return counts
 
 
@@ -218,14 +215,15 @@ def test_gather_varlen_promotes_half_precision(pool: DistPool) -> None:
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_collectives_per_sync_do_not_depend_on_the_number_of_states(pool: DistPool, world: int) -> None:
-    """On gloo a sync is one broadcast per rank (every rank has rows here), for 1 or 6 states alike; the summed
-    modes are one all-reduce. torchmetrics' own sync needs several collectives per state.
+    """On gloo a sync is one fixed-size metadata all-gather, then one broadcast per rank (every rank has rows here),
+    for 1 or 6 states alike; the summed modes are the metadata all-gather plus one all-reduce. torchmetrics' own sync
+    needs several collectives per state.
     """
     for n_states in (1, 6):
         counts = pool.values(case_count, world, n_states)
         for c in counts:
-            assert c["ours_exact"] == world
-            assert c["ours_binned"] == 1
-            assert c["ours_16bit"] == 1  # one fixed-size all-reduce of the histograms
-            assert c["states"] == world
+            assert c["ours_exact"] == 1 + world
+            assert c["ours_binned"] == 1 + 1
+            assert c["ours_16bit"] == 1 + 1  # one fixed-size all-reduce of the histograms
+            assert c["states"] == 1 + world
             assert c["torchmetrics"] >= 4  # two list states, each at least a shape gather plus a data gather

@@ -191,16 +191,39 @@ def test_user_barrier_never_pairs_with_the_metric_sync(pool: DistPool) -> None:
 @pytest.mark.parametrize(
     ("key", "world", "expected"),
     [
-        ("max_fpr", 2, ["the ranks disagree on `config`", "'max_fpr': None", "'max_fpr': 0.5"]),
-        ("thresholds", 2, ["the ranks disagree on `config`", "rank 0: {", "rank 1: {"]),
-        ("class", 3, ["'metric': 'VarlenAUROC'", "rank 2: {'metric': 'VarlenAveragePrecision'"]),
+        (
+            "max_fpr",
+            2,
+            ["the ranks disagree on `max_fpr` (config)", "rank 0: {'max_fpr': None}", "rank 1: {'max_fpr': 0.5}"],
+        ),
+        (
+            "thresholds",
+            2,
+            ["the ranks disagree on `thresholds` (config)", "rank 0: {'thresholds': [0.0, ", "rank 1: {"],
+        ),
     ],
 )
 def test_configuration_mismatch_raises_on_every_rank(pool: DistPool, key: str, world: int, expected: list[str]) -> None:
+    """The error names the fields that differ and each rank's value of them (not the whole configuration)."""
     for result in pool.values(case_config_mismatch, world, key):
         assert "value" not in result
+        assert result["seconds"] < TIMEOUT + SLACK
         for text in expected:
             assert text in result["error"]
+        assert "'average'" not in result["error"]  # fields that agree are not listed
+
+
+def test_different_metric_classes_never_pair(pool: DistPool) -> None:
+    """Ranks 0 and 1 compute a VarlenAUROC, rank 2 a VarlenAveragePrecision: different metrics are different
+    syncs (the identity holds the class), so each side waits for the other and every rank raises in time.
+    """
+    outcomes = pool.values(case_config_mismatch, 3, "class")
+    for rank, result in enumerate(outcomes):
+        assert "value" not in result
+        assert result["seconds"] < TIMEOUT + SLACK
+        assert result["missing"] == ([2] if rank < 2 else [0, 1])
+    assert "sync of 'VarlenAUROC#0', but rank 2 never arrived" in outcomes[0]["error"]
+    assert "sync of 'VarlenAveragePrecision#0', but ranks 0 and 1 never arrived" in outcomes[2]["error"]
 
 
 def test_gather_of_float_and_integer_tensors_raises_on_every_rank(pool: DistPool) -> None:

@@ -29,7 +29,9 @@ class SyncReport:
         duplicates_dropped: Sampler padding plus repeated ``sample_ids`` that were not counted.
         kept: Distinct samples evaluated.
         missing: With ``dataset_size``: samples of the data set that no rank evaluated
-            (``drop_last=True`` loses the tail); ``None`` without ``dataset_size``.
+            (``drop_last=True`` loses the tail; rejected batches count here too); ``None`` without ``dataset_size``.
+        rejected: Samples of ``update()`` calls that raised a ``ValueError`` (bad input): not evaluated and not in
+            ``seen_per_rank``, but they took their sampler positions, so the padding rule stays exact after them.
 
     Example:
         >>> from torch import tensor
@@ -38,7 +40,7 @@ class SyncReport:
         >>> metric.update(tensor([0.2, 0.7, 0.4, 0.2]), tensor([0, 1, 1, 0]))
         >>> _ = metric.compute()
         >>> metric.sync_report
-        SyncReport(world_size=1, seen_per_rank=(4,), received=3, duplicates_dropped=1, kept=3, missing=0)
+        SyncReport(world_size=1, seen_per_rank=(4,), received=3, duplicates_dropped=1, kept=3, missing=0, rejected=0)
     """
 
     world_size: int
@@ -47,6 +49,7 @@ class SyncReport:
     duplicates_dropped: int
     kept: int
     missing: int | None
+    rejected: int = 0
 
 
 def sampler_kept_rows(start: int, rows: int, rank: int, world: int, dataset_size: int) -> int:

@@ -1,24 +1,18 @@
-"""The only public module that talks to ``torch.distributed``: the variable-length gather and the sync error."""
+"""The public face of ``_dist/``: the variable-length gather and the sync error."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import torch.distributed as dist
 from torch import Tensor
 
 from torchmetrics_varlen._dist.errors import MetricSyncError
-from torchmetrics_varlen._dist.exchange import sync_states
-from torchmetrics_varlen._dist.guard import resolve_group
+from torchmetrics_varlen._dist.exchange import SyncRequest, sync_states
+from torchmetrics_varlen._dist.group import GroupLayout, distributed_available
 
 __all__ = ["MetricSyncError", "distributed_available", "gather_varlen"]
 
 _FIX_GATHER = "Call gather_varlen() on every rank of the process group, the same number of times."
-
-
-def distributed_available() -> bool:
-    """``True`` when ``torch.distributed`` is usable and a default process group exists."""
-    return dist.is_available() and dist.is_initialized()
 
 
 def gather_varlen(tensor: Tensor, group: Any | None = None, *, sync_timeout: float | None = 60.0) -> Tensor:
@@ -54,19 +48,13 @@ def gather_varlen(tensor: Tensor, group: Any | None = None, *, sync_timeout: flo
         raise ValueError(msg)
     if not distributed_available():
         return tensor
-    pg = resolve_group(group)
-    if dist.get_world_size(pg) == 1:
+    layout = GroupLayout.of(group)
+    if layout.world == 1:
         return tensor
-    result = sync_states(
-        {"tensor": [tensor]},
-        {},
-        config={"op": "gather_varlen"},
-        group=pg,
-        timeout=sync_timeout,
-        what="gather_varlen()",
-        fix=_FIX_GATHER,
-        device=tensor.device,
+    request = SyncRequest(
+        layout, "gather_varlen", {"op": "gather_varlen"}, sync_timeout, "gather_varlen()", _FIX_GATHER
     )
+    result = sync_states(request, {"tensor": [tensor]}, {}, device=tensor.device)
     gathered = result.cat["tensor"]
     assert isinstance(gathered, Tensor)
     return gathered

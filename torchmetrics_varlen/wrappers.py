@@ -5,14 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.wrappers.abstract import WrapperMetric
 
 from torchmetrics_varlen._dedup import sampler_kept_rows
-from torchmetrics_varlen._dist.guard import resolve_group
-from torchmetrics_varlen.distributed import distributed_available
+from torchmetrics_varlen._dist.group import group_position
 
 
 class DropSamplerPadding(WrapperMetric):
@@ -64,10 +62,7 @@ class DropSamplerPadding(WrapperMetric):
             msg = "DropSamplerPadding needs at least one tensor argument whose first dimension is the batch."
             raise ValueError(msg)
         rows = first.shape[0] if first.ndim else 1
-        rank, world = 0, 1
-        if distributed_available():
-            group = resolve_group(self.metric.process_group)
-            rank, world = dist.get_rank(group), dist.get_world_size(group)
+        rank, world = group_position(self.metric.process_group)
         kept = sampler_kept_rows(self._position, rows, rank, world, self.dataset_size)
         self._position += rows
         self.rows_seen = self.rows_seen + rows  # out of place: see _VarlenMetric._update

@@ -1,156 +1,332 @@
 """The guard: every rank checks in on the process group's store before any data moves.
 
-The check-in is also the metadata exchange: each rank writes a small JSON record (row counts, dtypes, trailing
-shapes, metric configuration) under a key unique to this sync, then waits until every rank of the group has
-written one. The store is a side channel that user collectives (``barrier``, ``all_reduce``) can never pair with,
-it needs no CUDA (so it works when the data backend is NCCL), and it lets a rank that waits too long see exactly
-which ranks are missing. Whether a sync goes ahead or is abandoned is decided once, atomically
-(``compare_set``), so a rank arriving just after the others gave up raises too, instead of entering a collective
-alone.
+**What names a sync.** The group's unique name (never its member list: two groups over the same ranks are two
+groups), the metric's identity (the same on every rank for the same metric: its class and creation order, or a
+key the user gives) and a sequence number per (group, identity). Calls of different metrics, or of one metric on
+different groups, use different keys and can never pair; a rank that calls one metric more often than the others
+meets nobody at its extra sequence number and gets an error.
+
+**The check-in** costs each rank four store operations, whatever the world size ``W``:
+
+1. ``compare_set(sig, "", mine)``: the first rank to arrive publishes the signature of its configuration (metric
+   class and arguments, state names and layouts); every later rank learns whether its own differs.
+2. ``add(n, 1 [+ MISMATCH])``: one counter per sync holds, in separate bit fields, the arrivals, the arrivals whose
+   signature differed, and the aborts. Its value at each ``add`` orders every event of the sync atomically.
+3. ``wait(d)`` and ``get(d)``: the rank whose ``add`` completes the count writes the decision ``d`` (``go`` or
+   ``mismatch``); a rank whose wait times out adds ``ABORT`` to the counter and, if the count was not complete
+   before it, writes ``abort``. Exactly one of the two can happen, because the counter orders them.
+
+**Recovery.** A rank whose ``add`` already shows an abort arrived after the others gave up: that sync is over for
+everyone, so the rank moves to the next sequence number (and the next, while those are abandoned too) and waits
+there. The ranks that took part in an abandoned sync raise and move on to the next number as well. So after any
+mix of errors the counters of all ranks meet again at the first sync every rank enters, without a restart.
+
+Only the error paths read more than O(1) keys: the rank that aborts collects who had arrived (one key per
+arrival, written only then) and publishes the missing ranks; on a mismatch, group rank 0 reads every rank's full
+record and publishes which fields differ. Nothing is pickled. The store needs no CUDA, so the check-in works
+alongside NCCL, and user collectives (``barrier``, ``all_reduce``) can never pair with it.
 """
 
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
+import time
 import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch.distributed as dist
 
+from torchmetrics_varlen import _compat
 from torchmetrics_varlen._dist.errors import MetricSyncError
+from torchmetrics_varlen._dist.group import GroupLayout, distributed_available
 
-_GO = b"go"
-_ABORT = b"abort"
-_ROOT = "torchmetrics_varlen"
+_ROOT = "torchmetrics_varlen/2"
+_COUNT = (1 << 20) - 1  # arrivals: bits 0-19 (W < 2**20)
+_MISMATCH = 1 << 20  # arrivals whose signature differs from the first one: bits 20-49
+_ABORT = 1 << 50  # ranks that stopped waiting: bits 50-62
+_GO, _DIFFERS, _ABANDON = "go", "mismatch", "abort"
 _FOREVER = 3600.0  # sync_timeout=None: wait in slices of an hour
-# Per process group: how many guarded syncs this process has started on it. Every rank of a group counts the same
-# sequence of syncs, so the counter names the sync consistently across ranks.
-_SYNC_COUNTS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_ERROR_PATH_WAIT = 3.0  # seconds the error paths wait for the (live) ranks' keys
 
 
-def resolve_group(group: Any | None) -> Any:
-    """Return the process group object itself (``None`` means the default group)."""
-    return dist.distributed_c10d._get_default_group() if group is None else group
+@dataclass
+class _Scope:
+    """Per-process counters, one set per default process group (a new ``init_process_group`` starts afresh)."""
+
+    created: dict[str, int] = field(default_factory=dict)  # identity base -> metrics created so far
+    sequences: dict[tuple[str, str], int] = field(default_factory=dict)  # (group, identity) -> next sequence
+    last_go: dict[str, str] = field(default_factory=dict)  # group -> key prefix of its last completed sync
 
 
-def group_layout(group: Any) -> tuple[int, int, list[int]]:
-    """``(rank in group, group size, global rank of each group rank)``."""
-    return dist.get_rank(group), dist.get_world_size(group), list(dist.get_process_group_ranks(group))
+_SCOPES: weakref.WeakKeyDictionary[Any, _Scope] = weakref.WeakKeyDictionary()
+_NO_GROUP = _Scope()
 
 
-def _describe(rank: int, global_ranks: list[int]) -> str:
-    glob = global_ranks[rank]
-    return f"rank {rank}" if glob == rank else f"rank {rank} (global rank {glob})"
+def _scope() -> _Scope:
+    if not distributed_available():
+        return _NO_GROUP
+    return _SCOPES.setdefault(_compat.default_group(), _Scope())
 
 
-def _store() -> Any | None:
-    try:
-        return dist.distributed_c10d._get_default_store()
-    except (AttributeError, RuntimeError, ValueError):  # pragma: no cover - depends on how the group was made
-        return None
+def new_identity(base: str) -> str:
+    """A sync identity for a new metric: ``base`` plus how many metrics with that base this process created.
+
+    Every rank that creates the same metrics in the same order gets the same identities; metrics created
+    dynamically in a rank-dependent order should pass their own key as ``base``.
+    """
+    scope = _scope()
+    count = scope.created.get(base, 0)
+    scope.created[base] = count + 1
+    return f"{base}#{count}"
 
 
-def check_in(record: dict[str, Any], *, group: Any, timeout: float | None, what: str, fix: str) -> list[dict[str, Any]]:
-    """Publish ``record`` and return every rank's record, in group-rank order.
+def _store() -> Any:
+    return _compat.default_store()
+
+
+def _lost_store(err: BaseException, layout: GroupLayout, what: str) -> MetricSyncError:
+    msg = (
+        f"{what} on {layout.describe(layout.rank)} lost the connection to the process group's store ({err})."
+        " The store is served by global rank 0's process under env:// and torch.multiprocessing.spawn (by the"
+        " launcher agent under torchrun): that process has probably exited or crashed, and the job cannot"
+        " synchronise any more. Look for the first error of global rank 0."
+    )
+    return MetricSyncError(msg)
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """A sync that every rank of the group entered: its store keys and what to say if a later step fails."""
+
+    layout: GroupLayout
+    identity: str
+    prefix: str
+    timeout: float | None
+    what: str
+    fix: str
+
+    def store_op(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run one store operation; a dead store becomes a :class:`MetricSyncError` that says so."""
+        try:
+            return fn(*args)
+        except RuntimeError as err:
+            raise _lost_store(err, self.layout, self.what) from err
+
+    def set(self, key: str, value: str) -> None:
+        """Write ``key`` (relative to the sync's prefix)."""
+        self.store_op(_store().set, self.prefix + key, value)
+
+    def get(self, key: str) -> bytes:
+        """Read ``key`` (relative to the sync's prefix); it must exist."""
+        return bytes(self.store_op(_store().get, self.prefix + key))
+
+    def wait_keys(self, keys: list[str], seconds: float | None) -> bool:
+        """Block until every key (relative to the sync's prefix) exists (``True``) or ``seconds`` pass (``False``)."""
+        store = _store()
+        full = [self.prefix + k for k in keys]
+        while True:
+            slice_s = _FOREVER if seconds is None else max(seconds, 0.001)
+            try:
+                store.wait(full, datetime.timedelta(seconds=slice_s))
+            except dist.DistStoreError:
+                if seconds is None:
+                    continue
+                return False
+            except RuntimeError as err:
+                raise _lost_store(err, self.layout, self.what) from err
+            return True
+
+    def failed(self, error: BaseException, step: str) -> MetricSyncError:
+        """The error for a step after the check-in that failed on this rank (a collective, a computation).
+
+        This rank leaves a note, waits a few seconds for the notes of the other ranks whose step failed too, and
+        names the ranks that left none: they died or stopped responding.
+        """
+        layout, store = self.layout, _store()
+        me = layout.describe(layout.rank)
+        try:
+            store.set(f"{self.prefix}failed/{layout.rank}", f"{type(error).__name__}: {error}"[:500])
+            deadline = time.monotonic() + _ERROR_PATH_WAIT
+            others = [r for r in range(layout.world) if r != layout.rank]
+            noted: dict[int, str] = {}
+            while True:
+                for r in others:
+                    if r not in noted and store.check([f"{self.prefix}failed/{r}"]):
+                        noted[r] = store.get(f"{self.prefix}failed/{r}").decode()
+                if len(noted) == len(others) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+        except RuntimeError as err:
+            return _lost_store(err, layout, self.what)
+        silent = [r for r in others if r not in noted]
+        lines = [f"{self.what} on {me} ({self.identity!r}): {step} failed ({type(error).__name__}: {error})."]
+        if silent:
+            lines.append(
+                f"{layout.describe_all(silent)} stopped responding after the check-in (died, or stuck elsewhere)."
+            )
+        lines += [f"  {layout.describe(r)}: {text}" for r, text in sorted(noted.items())]
+        failure = MetricSyncError("\n".join(lines))
+        failure.missing_ranks = silent
+        return failure
+
+
+def check_in(
+    layout: GroupLayout,
+    *,
+    identity: str,
+    signature: str,
+    record: Callable[[], dict[str, Any]],
+    timeout: float | None,
+    what: str,
+    fix: str,
+) -> Ticket:
+    """Wait until every rank of the group has entered this sync of ``identity``; return the sync's ticket.
 
     Args:
-        record: JSON-serialisable metadata of this rank.
-        group: The process group object.
+        layout: The process group, from this rank's view.
+        identity: The metric's identity (the same on every rank for the same metric).
+        signature: A digest of everything the ranks must agree on exactly (configuration, state layout).
+        record: The full, JSON-serialisable description behind ``signature`` (a dict of dicts); read only to
+            explain a mismatch.
         timeout: Seconds to wait for the other ranks; ``None`` waits forever.
         what: Names the operation in errors, e.g. ``"VarlenAUROC.compute()"``.
         fix: What the user should do when ranks are missing.
 
     Raises:
-        MetricSyncError: If some rank did not check in within ``timeout`` seconds (on every rank that did), or if
-            this rank arrived after the others had given up.
+        MetricSyncError: On every rank that arrived, if some rank did not arrive within ``timeout`` seconds (naming
+            it), or if the ranks' signatures differ (naming the fields that differ and each rank's value).
     """
-    rank, world, global_ranks = group_layout(group)
-    store = _store()
-    if store is None:  # pragma: no cover - no store: fall back to a collective, unguarded
-        out: list[Any] = [None] * world
-        dist.all_gather_object(out, record, group=group)
-        return out
-    count = _SYNC_COUNTS.get(group, 0)
-    _SYNC_COUNTS[group] = count + 1
-    tag = hashlib.sha1(",".join(map(str, global_ranks)).encode()).hexdigest()[:12]
-    prefix = f"{_ROOT}/{tag}/{count}/"
-    meta_keys = [f"{prefix}meta/{r}" for r in range(world)]
-    store.set(meta_keys[rank], json.dumps(record).encode())
-    decision = _wait_for_all(store, prefix, world, timeout)
-    if decision != _GO:
-        missing = [r for r in range(world) if not store.check([meta_keys[r]])]
-        _raise_missing(missing, rank, global_ranks, timeout, what, fix)
-    records = [json.loads(v) for v in store.multi_get(meta_keys)]
-    if count >= 2:
-        _forget(store, f"{_ROOT}/{tag}/{count - 2}/", rank)
-    return records
-
-
-def _wait_for_all(store: Any, prefix: str, world: int, timeout: float | None) -> bytes:
-    """Arrive; the last rank to arrive decides "go", a rank whose wait times out decides "abort" (first wins).
-
-    Waiting is the store's own blocking ``wait`` on the decision key: no polling, woken as soon as it is set.
-    """
-    decision_key = prefix + "decision"
-    if store.add(prefix + "arrived", 1) >= world:
-        return bytes(store.compare_set(decision_key, "", _GO))
+    scope, store = _scope(), _store()
+    key = (layout.name, identity)
+    skipped: list[int] = []
+    started = time.monotonic()
     while True:
-        try:
-            store.wait([decision_key], datetime.timedelta(seconds=_FOREVER if timeout is None else timeout))
-        except RuntimeError:  # DistStoreError on a timeout
-            if timeout is not None:
-                return bytes(store.compare_set(decision_key, "", _ABORT))
-            continue
-        return bytes(store.get(decision_key))
+        seq = scope.sequences.get(key, 0)
+        scope.sequences[key] = seq + 1
+        ticket = Ticket(layout, identity, f"{_ROOT}/{layout.name}/{identity}/{seq}/", timeout, what, fix)
+        first = ticket.store_op(store.compare_set, ticket.prefix + "sig", "", signature)
+        same = first == signature.encode()
+        arrival = int(ticket.store_op(store.add, ticket.prefix + "n", 1 if same else 1 + _MISMATCH))
+        if arrival < _ABORT:
+            break
+        skipped.append(seq)  # abandoned before this rank arrived; the others have moved on to a later sequence
+    collect = 0  # the first rank to give up: how many ranks had arrived, to name the others for everyone
+    if arrival & _COUNT == layout.world:
+        decision = _GO if arrival < _MISMATCH else _DIFFERS
+        ticket.store_op(store.set, ticket.prefix + "d", decision)
+    else:
+        left = None if timeout is None else timeout - (time.monotonic() - started)
+        if not ticket.wait_keys(["d"], left):
+            after = int(ticket.store_op(store.add, ticket.prefix + "n", _ABORT))
+            if after & _COUNT >= layout.world:
+                ticket.wait_keys(["d"], _ERROR_PATH_WAIT)  # the last rank arrived just now: "go" is on its way
+            else:
+                ticket.store_op(store.compare_set, ticket.prefix + "d", "", _ABANDON)
+                collect = after & _COUNT if after < 2 * _ABORT else 0
+        decision = ticket.store_op(store.get, ticket.prefix + "d").decode()
+    if decision == _GO:
+        _forget_previous(ticket, scope)
+        return ticket
+    if decision == _DIFFERS:
+        _raise_mismatch(ticket, record)
+    _raise_missing(ticket, arrival & _COUNT, collect, skipped)
+    raise AssertionError  # pragma: no cover - both raise
 
 
-def _raise_missing(
-    missing: list[int], rank: int, global_ranks: list[int], timeout: float | None, what: str, fix: str
-) -> None:
-    if missing:
-        names = ", ".join(_describe(r, global_ranks) for r in missing)
+def _raise_missing(ticket: Ticket, arrived_as: int, collect: int, skipped: list[int]) -> None:
+    """Raise on a rank that took part in an abandoned sync, naming the ranks that never arrived.
+
+    Each such rank writes its arrival slot; the first rank that gave up (``collect``: how many had arrived by then)
+    reads the slots and publishes the missing ranks, so that every rank's message names them.
+    """
+    layout, store = ticket.layout, _store()
+    ticket.store_op(store.set, f"{ticket.prefix}at/{arrived_as}", str(layout.rank))
+    if collect:
+        slots = [f"at/{i}" for i in range(1, collect + 1)]
+        ticket.wait_keys(slots, _ERROR_PATH_WAIT)
+        present = {
+            int(ticket.store_op(store.get, ticket.prefix + s))
+            for s in slots
+            if ticket.store_op(store.check, [ticket.prefix + s])
+        }
+        missing = [r for r in range(layout.world) if r not in present]
+        ticket.store_op(store.set, ticket.prefix + "missing", json.dumps(missing))
+    missing_ranks: list[int] = []
+    if ticket.wait_keys(["missing"], _ERROR_PATH_WAIT):
+        missing_ranks = json.loads(ticket.store_op(store.get, ticket.prefix + "missing"))
+    me = layout.describe(layout.rank)
+    absent = layout.describe_all(missing_ranks) if missing_ranks else "some rank"
+    timeout = ticket.timeout
+    if skipped:
         msg = (
-            f"{what} on {_describe(rank, global_ranks)} waited {timeout:g} s for the other ranks of its process group,"
-            f" but {names} never arrived. {fix}"
+            f"{ticket.what} on {me} arrived after the other ranks had stopped waiting (sync_timeout={timeout:g} s),"
+            f" so that sync of {ticket.identity!r} was abandoned on every rank. It waited {timeout:g} s for them at"
+            f" the next sync, but {absent} never arrived. {ticket.fix}"
         )
     else:
         msg = (
-            f"{what} on {_describe(rank, global_ranks)} arrived after the other ranks had stopped waiting"
-            f" (sync_timeout={timeout:g} s), so this sync was abandoned on every rank. {fix}"
+            f"{ticket.what} on {me} waited {timeout:g} s for the other ranks of its process group at the sync of"
+            f" {ticket.identity!r}, but {absent} never arrived. {ticket.fix}"
         )
     err = MetricSyncError(msg)
-    err.missing_ranks = missing
+    err.missing_ranks = missing_ranks
     raise err
 
 
-def _forget(store: Any, old_prefix: str, rank: int) -> None:
-    """Delete this rank's keys of the sync before the previous one: every rank has read them by now."""
+def _raise_mismatch(ticket: Ticket, record: Callable[[], dict[str, Any]]) -> None:
+    """Raise the same error on every rank: which fields of the ranks' records differ, and each rank's value."""
+    layout, store = ticket.layout, _store()
+    ticket.store_op(store.set, f"{ticket.prefix}rec/{layout.rank}", json.dumps(record(), sort_keys=True))
+    if layout.rank == 0:
+        keys = [f"rec/{r}" for r in range(layout.world)]
+        why = "(the ranks' descriptions could not be collected)"
+        if ticket.wait_keys(keys, _ERROR_PATH_WAIT):
+            records = [json.loads(v) for v in ticket.store_op(store.multi_get, [ticket.prefix + k for k in keys])]
+            why = describe_differences(records, layout)
+        ticket.store_op(store.set, ticket.prefix + "why", why)
+    why = "(rank 0 did not explain the difference)"
+    if ticket.wait_keys(["why"], _ERROR_PATH_WAIT):
+        why = ticket.store_op(store.get, ticket.prefix + "why").decode()
+    msg = (
+        f"{ticket.what} ({ticket.identity!r}): the ranks disagree on {why}\nConstruct the metric with the same"
+        " arguments on every rank and feed it inputs of the same kind."
+    )
+    raise MetricSyncError(msg)
+
+
+def describe_differences(records: list[dict[str, Any]], layout: GroupLayout) -> str:
+    """``"`max_fpr` (config), so ...:"`` plus one line per rank with its values of the differing fields."""
+    differing: list[tuple[str, str]] = []
+    for section in sorted({s for r in records for s in r}):
+        fields = sorted({f for r in records for f in r.get(section, {})})
+        for name in fields:
+            values = [json.dumps(r.get(section, {}).get(name)) for r in records]
+            if len(set(values)) > 1:
+                differing.append((section, name))
+    names = ", ".join(f"`{name}` ({section})" for section, name in differing) or "their description"
+    rows = [
+        f"  {layout.describe(r)}: "
+        + "{"
+        + ", ".join(f"{name!r}: {rec.get(section, {}).get(name)!r}" for section, name in differing)
+        + "}"
+        for r, rec in enumerate(records)
+    ]
+    return f"{names}, so their states cannot be combined:\n" + "\n".join(rows)
+
+
+def _forget_previous(ticket: Ticket, scope: _Scope) -> None:
+    """Group rank 0 deletes the keys of the group's previous completed sync: every rank has passed it."""
+    name = ticket.layout.name
+    previous = scope.last_go.get(name)
+    scope.last_go[name] = ticket.prefix
+    if previous is None or ticket.layout.rank != 0:
+        return
+    store = _store()
     try:
-        store.delete_key(f"{old_prefix}meta/{rank}")
-        if rank == 0:
-            store.delete_key(old_prefix + "arrived")
-            store.delete_key(old_prefix + "decision")
+        for key in ("sig", "n", "d"):
+            store.delete_key(previous + key)
     except (RuntimeError, NotImplementedError):  # pragma: no cover - stores without delete keep the keys
         pass
-
-
-def check_consistent(
-    records: list[dict[str, Any]], keys: list[str], what: str, global_ranks: list[int], field: str | None = None
-) -> None:
-    """Raise (identically on every rank) if the ranks' records disagree on any of ``keys``.
-
-    With ``field``, the values are looked up in ``record[field]`` and ``None`` (not decided yet, e.g. a rank without
-    data) agrees with anything.
-    """
-    for key in keys:
-        values = [(r[field] if field else r).get(key) for r in records]
-        decided = [v for v in values if v is not None or field is None]
-        if any(v != decided[0] for v in decided[1:]):
-            rows = "\n".join(f"  {_describe(r, global_ranks)}: {values[r]}" for r in range(len(values)))
-            msg = (
-                f"{what}: the ranks disagree on `{key}`, so their states cannot be combined:\n{rows}\n"
-                "Construct the metric with the same arguments on every rank and feed it inputs of the same kind."
-            )
-            raise MetricSyncError(msg)

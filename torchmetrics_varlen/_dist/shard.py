@@ -20,13 +20,13 @@ different order (relative difference ~1e-16). Duplicate ids are first routed to 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from torchmetrics_varlen._dist.exchange import wait
+from torchmetrics_varlen._dist.exchange import all_gather_fixed, wait
+from torchmetrics_varlen._dist.guard import Ticket
 from torchmetrics_varlen.functional._ranking import RankSums, combine, rank_sums
 from torchmetrics_varlen.functional._sort import (
     Column,
@@ -41,23 +41,19 @@ from torchmetrics_varlen.functional._sort import (
 
 
 class Shard:
-    """The collectives of one sharded compute (one process group, one timeout, one name for errors)."""
+    """The collectives of one sharded compute: one sync's ticket (group, deadline, names for errors) and device."""
 
-    def __init__(self, group: Any, timeout: float | None, what: str, device: torch.device) -> None:
-        self.group = group
-        self.timeout = timeout
-        self.what = what
+    def __init__(self, ticket: Ticket, device: torch.device) -> None:
+        self.ticket = ticket
+        self.group = ticket.layout.group
+        self.what = ticket.what
         self.device = device
-        self.rank = dist.get_rank(group)
-        self.world = dist.get_world_size(group)
+        self.rank = ticket.layout.rank
+        self.world = ticket.layout.world
 
     def all_gather(self, local: Tensor) -> Tensor:
         """``(W, *local.shape)``: every rank's ``local`` (same shape everywhere)."""
-        out = torch.empty(self.world * local.numel(), dtype=local.dtype, device=local.device)
-        gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        flat = local.contiguous().view(-1)
-        wait(gather_single(out, flat, group=self.group, async_op=True), self.timeout, self.what)
-        return out.view(self.world, *local.shape)
+        return all_gather_fixed(local, self.ticket, "a sharded all-gather")
 
     def all_to_all(self, send: Tensor, send_rows: list[int], recv_rows: list[int]) -> Tensor:
         """Rows ``send_rows[r]`` of ``send`` (in order) go to rank ``r``; returns what every rank sent here."""
@@ -72,7 +68,7 @@ class Shard:
             group=self.group,
             async_op=True,
         )
-        wait(work, self.timeout, self.what)
+        wait(work, self.ticket, "a sharded all-to-all")
         return recv
 
     def route(self, send: Tensor, send_rows: list[int]) -> tuple[Tensor, Tensor]:

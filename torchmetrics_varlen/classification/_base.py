@@ -13,7 +13,6 @@ import warnings
 from typing import Any, cast
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
 from torchmetrics_varlen._checks import (
@@ -26,11 +25,10 @@ from torchmetrics_varlen._checks import (
     validate_sample_ids,
 )
 from torchmetrics_varlen._dedup import SyncReport, dedup_by_id, sampler_kept_rows
-from torchmetrics_varlen._dist.exchange import check_in_states, comm_device
-from torchmetrics_varlen._dist.guard import resolve_group
+from torchmetrics_varlen._dist.exchange import CheckedIn
+from torchmetrics_varlen._dist.group import comm_device, group_position
 from torchmetrics_varlen._dist.shard import Shard, route_rows_by_id, sharded_sums
-from torchmetrics_varlen.classification._sync import _COUNTERS, _SHARED_SYNCS, _SyncedMetric
-from torchmetrics_varlen.distributed import distributed_available
+from torchmetrics_varlen.classification._sync import _COUNTERS, SHARED_SYNCS, _SyncedMetric
 from torchmetrics_varlen.functional._ranking import RankSums
 from torchmetrics_varlen.functional._sort import Column, fits_compact, packable, sorted_keys
 from torchmetrics_varlen.functional._tasks import (
@@ -88,6 +86,7 @@ class _VarlenMetric(_SyncedMetric):
     num_samples: Tensor
     rows_seen: Tensor
     padding_dropped: Tensor
+    rejected: Tensor
     thresholds: Tensor | None
 
     def __init__(
@@ -105,6 +104,7 @@ class _VarlenMetric(_SyncedMetric):
         sync_timeout: float | None = 60.0,
         compute_on_rank: int | None = None,
         compute_sharded: bool = False,
+        sync_key: str | None = None,
         row_extras: tuple[str, ...] = (),
         config: dict[str, Any] | None = None,
         **kwargs: Any,
@@ -182,9 +182,9 @@ class _VarlenMetric(_SyncedMetric):
             "compute_sharded": compute_sharded,
             **(config or {}),
         }
-        self._synced_info: list[dict[str, Any]] | None = None
-        self._position = 0  # host copy of rows_seen: the sampler position of the next row, without a device sync
+        self._position = 0  # host copy of rows_seen + rejected: the sampler position of the next row
         self._in_forward = False
+        self._init_sync(sync_key)
 
     # ------------------------------------------------------------------ update
 
@@ -214,10 +214,7 @@ class _VarlenMetric(_SyncedMetric):
         return "ids" if has_ids else ("none" if has_preds else None)
 
     def _group_position(self) -> tuple[int, int]:
-        if not distributed_available():
-            return 0, 1
-        group = resolve_group(self.process_group)
-        return dist.get_rank(group), dist.get_world_size(group)
+        return group_position(self.process_group)
 
     def _sample_shape(self, preds: Tensor, target: Tensor) -> torch.Size:
         """Shape of the samples of one batch (what one id or one group label can be given for)."""
@@ -236,10 +233,10 @@ class _VarlenMetric(_SyncedMetric):
         start: int | None,
     ) -> None:
         """Validate, drop sampler padding, format and append one batch; all or nothing."""
-        self._validate_batch(preds, target, sample_ids, extras)
-        _SHARED_SYNCS.clear()
-        rows = preds.shape[0] if preds.ndim else 1
         start = self._position if start is None else start
+        self._validate_batch(preds, target, sample_ids, extras, start)
+        SHARED_SYNCS.clear()
+        rows = preds.shape[0] if preds.ndim else 1
         padding = 0
         if self.dataset_size is not None and sample_ids is None:
             rank, world = self._group_position()
@@ -277,8 +274,11 @@ class _VarlenMetric(_SyncedMetric):
         self._position = start + rows
 
     def _validate_batch(
-        self, preds: Tensor, target: Tensor, sample_ids: Tensor | None, extras: dict[str, Tensor]
+        self, preds: Tensor, target: Tensor, sample_ids: Tensor | None, extras: dict[str, Tensor], start: int
     ) -> None:
+        """Raise on a bad batch. The stored samples stay as they were, but the batch's rows still took their
+        sampler positions (the sampler dealt them): the positions move on, and ``sync_report.rejected`` counts them.
+        """
         try:
             if self.validate_args:
                 validate_inputs(
@@ -292,6 +292,9 @@ class _VarlenMetric(_SyncedMetric):
             self._check_mode(sample_ids)
         except (ValueError, TypeError):
             self._update_count -= 1  # the failed call must not count as an update either
+            rows = (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
+            self._position = start + rows
+            self.rejected = self.rejected + rows
             raise
 
     def _check_mode(self, sample_ids: Tensor | None) -> None:
@@ -324,11 +327,11 @@ class _VarlenMetric(_SyncedMetric):
         """Forget every sample (``forward`` resets internally too: it passes the position explicitly)."""
         super().reset()
         self._position = 0
-        _SHARED_SYNCS.clear()
+        SHARED_SYNCS.clear()
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        self._position = int(self.rows_seen)
+        self._position = int(self.rows_seen) + int(self.rejected)
         if self._position and not self._update_count:
             self._update_count = 1  # loaded states are updates: compute() must not warn that none happened
 
@@ -374,7 +377,7 @@ class _VarlenMetric(_SyncedMetric):
         rows = self._evaluated()
         return exact_columns(rows["preds"], rows["target"], self.task, self.average, with_scores)
 
-    def _report(self, kept_samples: int | None, info: list[dict[str, Any]] | None = None) -> None:
+    def _report(self, kept_samples: int | None, info: list[dict[str, int]] | None = None) -> None:
         """Fill ``sync_report``; ``info`` (every rank's counters) when the caller synced them itself."""
         if self._in_forward:
             return
@@ -383,6 +386,7 @@ class _VarlenMetric(_SyncedMetric):
             info = self._synced_info if self._is_synced and self._synced_info else [self._local_info()]
         seen = tuple(i["rows_seen"] for i in info)
         padding = sum(i["padding_dropped"] for i in info)
+        rejected = sum(i["rejected"] for i in info)
         received = sum(seen) - padding
         kept = received if kept_samples is None else kept_samples
         partial = not synced and self._group_position()[1] > 1  # sync_on_compute=False: a local view
@@ -394,19 +398,26 @@ class _VarlenMetric(_SyncedMetric):
             duplicates_dropped=padding + received - kept,
             kept=kept,
             missing=missing,
+            rejected=rejected,
         )
         rank = self._group_position()[0] if synced else 0
         if missing and rank == (self.compute_on_rank or 0):
             warnings.warn(
                 f"{type(self).__name__}: dataset_size={self.dataset_size} but only {kept} samples were evaluated:"
-                f" {missing} were never seen. A DistributedSampler with drop_last=True drops the tail of the data"
-                " set; use drop_last=False (the padding it adds is removed exactly) to evaluate every sample.",
+                f" {missing} were never seen"
+                + (f" ({rejected} rows were in batches that update() rejected)." if rejected else ".")
+                + " A DistributedSampler with drop_last=True drops the tail of the data set; use drop_last=False"
+                " (the padding it adds is removed exactly) to evaluate every sample.",
                 UserWarning,
                 stacklevel=3,
             )
 
-    def _local_info(self) -> dict[str, Any]:
-        return {"rows_seen": int(self.rows_seen), "padding_dropped": int(self.padding_dropped)}
+    def _local_info(self) -> dict[str, int]:
+        info = {key: int(getattr(self, key)) for key in ("rows_seen", "padding_dropped", "rejected")}
+        if self.compute_sharded:
+            # Compact sort keys only if every rank's scores fit: the keys of all ranks meet in one all-to-all.
+            info["compact"] = int(fits_compact(self._pieces("preds")))
+        return info
 
     # ------------------------------------------------------------------ sharded compute
 
@@ -416,33 +427,17 @@ class _VarlenMetric(_SyncedMetric):
         """The metric's value from the global sums of every binary problem (sharded compute)."""
         raise NotImplementedError
 
-    def _compute_sharded(self) -> Tensor:
+    def _compute_sharded(self, checked: CheckedIn) -> Tensor:
         """``compute_sharded=True``: every rank keeps one range of the scores; see ``_dist/shard.py``."""
-        if self._computed is not None:
-            return cast(Tensor, self._computed)
-        group = resolve_group(self.process_group)
-        what = f"{type(self).__name__}.compute()"
         names = ("preds", "target", "ids", "ids_sub")
         preds = self._pieces("preds")
-        checked = check_in_states(
-            {name: preds if name == "preds" else self._pieces(name) for name in names},
-            {},
-            config=self._config,
-            group=group,
-            timeout=self.sync_timeout,
-            what=what,
-            fix=self._sync_fix(),
-            info={**self._local_info(), "num_samples": int(self.num_samples), "compact": fits_compact(preds)},
-            unset_ok={"dedup": self._dedup_mode()},
-        )
-        # Compact sort keys only if every rank's scores fit: the keys of all ranks meet in one all-to-all.
-        compact = all(r["info"]["compact"] for r in checked.records)
-        comm = comm_device(group, self.num_samples.device)
-        shard = Shard(group, self.sync_timeout, what, comm)
+        compact = all(i["compact"] for i in checked.info)
+        comm = comm_device(checked.ticket.layout.group, self.num_samples.device)
+        shard = Shard(checked.ticket, comm)
         dtype = checked.layouts["preds"][0]
         kept = None
         problems: list[tuple[Any, Any]]
-        if "ids" in {r["unset_ok"]["dedup"] for r in checked.records}:
+        if "ids" in {r.modes["dedup"] for r in checked.ranks}:
             rows = {name: self._rows(name).to(comm) for name in names}
             rows["preds"] = rows["preds"].to(dtype)
             rows, kept = self._dedup_sharded(shard, route_rows_by_id(shard, rows, rows["ids"]))
@@ -454,17 +449,14 @@ class _VarlenMetric(_SyncedMetric):
             preds_rows, target_rows = self._rows("preds").to(device=comm, dtype=dtype), self._rows("target").to(comm)
             problems = binary_problems(preds_rows, target_rows, self.task, self.average)
             del preds_rows, target_rows
-        self._report(kept, info=[r["info"] for r in checked.records])
+        self._report(kept, info=checked.info)
         area, ap = self._wanted_sums
         sums = []
         while problems:
             scores, labels = problems.pop(0)
             sums.append(sharded_sums(shard, scores, labels, area=area, ap=ap, compact=compact))
             del scores, labels
-        value = self._value_from_sums(sums).to(self.num_samples.device)
-        if self.compute_with_cache:
-            self._computed = cast(Any, value)
-        return value
+        return self._value_from_sums(sums).to(self.num_samples.device)
 
     def _dedup_sharded(self, shard: Shard, rows: dict[str, Tensor]) -> tuple[dict[str, Tensor], int]:
         """Drop duplicate ids among the rows routed here; a conflict raises on every rank."""
