@@ -47,7 +47,10 @@ class Classifier(L.LightningModule):
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         """Score the batch, update the metrics, log the metric objects (computed and synced at epoch end)."""
         features, target = batch
-        scores = self.scorer(features).squeeze(-1)
+        # Probabilities: like torchmetrics, the metrics sigmoid a batch only when a score is outside [0, 1], so a
+        # batch of logits that all happen to lie in [0, 1] would be ranked raw. Normalise explicitly (or construct
+        # the metrics with normalization=None to rank logits as they are).
+        scores = self.scorer(features).squeeze(-1).sigmoid()
         self.val_auroc.update(scores, target)
         self.val_ap.update(scores, target)
         self.log("val/auroc", self.val_auroc, on_epoch=True)
@@ -108,7 +111,7 @@ def main() -> None:
         records = run(args.devices, args.num_samples, args.batch_size, out_dir)
     features, target = make_validation_set(args.num_samples).tensors
     with torch.no_grad():
-        scores = features @ torch.tensor([1.0, 0.2, -0.1, 0.05])
+        scores = (features @ torch.tensor([1.0, 0.2, -0.1, 0.05])).sigmoid()
     truth = {"auroc": float(auroc(scores, target)), "ap": float(average_precision(scores, target))}
     print(json.dumps({"truth": truth, "ranks": records}))
 
