@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 from _data import rank_slice, scores_and_labels
 from _dist import DistPool
+from _float32 import f32
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from torchmetrics_varlen import VarlenAUROC, VarlenAveragePrecision, gather_varlen
@@ -144,7 +145,7 @@ def test_split_equals_sklearn_on_union(pool: DistPool, name: str, world: int, pa
     preds, target = scores_and_labels(n, seed=n)
     expected = _reference(name, preds, target)
     got = pool.values(case_split, world, name, n, n, pattern, 3, ["float32"], {})
-    assert got == pytest.approx([expected] * world, abs=1e-12)
+    assert got == pytest.approx(f32([expected] * world), abs=1e-12)
 
 
 @pytest.mark.parametrize("name", ["auroc", "ap"])
@@ -157,7 +158,7 @@ def test_mixed_float_dtypes_are_promoted(pool: DistPool, name: str, dtypes: list
     preds, target = scores_and_labels(n, seed=3)
     expected = _reference(name, preds, target)
     got = pool.values(case_split, world, name, n, 3, "uneven", 4, dtypes, {})
-    assert got == pytest.approx([expected] * world, abs=1e-12)
+    assert got == pytest.approx(f32([expected] * world), abs=1e-12)
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])
@@ -166,7 +167,7 @@ def test_max_fpr_across_ranks(pool: DistPool, world: int) -> None:
     preds, target = scores_and_labels(203, seed=5)
     expected = _reference("auroc", preds, target, max_fpr=0.3)
     got = pool.values(case_split, world, "auroc", 203, 5, "uneven", 5, ["float64"], {"max_fpr": 0.3})
-    assert got == pytest.approx([expected] * world, abs=1e-12)
+    assert got == pytest.approx(f32([expected] * world), abs=1e-12)
 
 
 @pytest.mark.parametrize("name", ["auroc", "ap"])
@@ -189,7 +190,7 @@ def test_2d_batches_with_different_shapes_per_rank(pool: DistPool, name: str, wo
     total = sum(3 * (r + 2) for r in range(world))
     preds, target = scores_and_labels(60, seed=11)
     expected = _reference(name, preds[:total], target[:total])
-    assert pool.values(case_2d, world, name, 11) == pytest.approx([expected] * world, abs=1e-12)
+    assert pool.values(case_2d, world, name, 11) == pytest.approx(f32([expected] * world), abs=1e-12)
 
 
 @pytest.mark.parametrize("trailing", [[], [2], [2, 3]])

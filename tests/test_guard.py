@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 from _data import scores_and_labels
 from _dist import DistPool
+from _float32 import f32
 from sklearn.metrics import roc_auc_score
 
 from torchmetrics_varlen import MetricSyncError, VarlenAUROC, VarlenAveragePrecision, gather_varlen
@@ -246,8 +247,8 @@ def test_subgroup_process_group(pool: DistPool) -> None:
     expected = roc_auc_score(target[idx], preds[idx])
     outcomes = pool.values(case_subgroup, 4, None)
     assert outcomes[0] is None
-    assert outcomes[1]["value"] == pytest.approx(expected, abs=1e-12)
-    assert outcomes[3]["value"] == pytest.approx(expected, abs=1e-12)
+    assert outcomes[1]["value"] == pytest.approx(f32(expected), abs=1e-12)
+    assert outcomes[3]["value"] == pytest.approx(f32(expected), abs=1e-12)
 
 
 def test_subgroup_missing_rank_is_named_by_group_and_global_rank(pool: DistPool) -> None:
@@ -266,11 +267,12 @@ def test_life_cycle_under_ddp(pool: DistPool) -> None:
     union = slice(0, 39)
     for rank, out in enumerate(outcomes):
         part = slice(rank * 13, rank * 13 + 13)
-        assert out["forward"] == pytest.approx(roc_auc_score(target[part], preds[part]), abs=1e-12)
-        assert out["global"] == pytest.approx(roc_auc_score(target[union], preds[union]), abs=1e-12)
+        assert out["forward"] == pytest.approx(f32(roc_auc_score(target[part], preds[part])), abs=1e-12)
+        assert out["global"] == pytest.approx(f32(roc_auc_score(target[union], preds[union])), abs=1e-12)
         assert out["cached"] == out["global"]
         first5 = [i for r in range(3) for i in range(r * 13, r * 13 + 5)]
-        assert out["after_reset"] == pytest.approx(roc_auc_score(target[first5], preds[first5]), abs=1e-12)
-        assert out["local"] == pytest.approx(roc_auc_score(target[part], preds[part]), abs=1e-12)
-        assert out["compute_on_cpu"] == pytest.approx(average_precision_score(target[union], preds[union]), abs=1e-12)
+        assert out["after_reset"] == pytest.approx(f32(roc_auc_score(target[first5], preds[first5])), abs=1e-12)
+        assert out["local"] == pytest.approx(f32(roc_auc_score(target[part], preds[part])), abs=1e-12)
+        union_ap = average_precision_score(target[union], preds[union])
+        assert out["compute_on_cpu"] == pytest.approx(f32(union_ap), abs=1e-12)
         assert out["local_states_after_compute"] == 5
