@@ -1,7 +1,8 @@
 """How far the 16-bit modes are from the exact float32 AUROC / AP when the scores are float32.
 
 ``thresholds=torch.bfloat16`` / ``torch.float16`` is exact for scores that *are* 16-bit; float32 scores are rounded
-first, which merges nearby scores into ties. This prints the absolute error on a few score distributions.
+first, which merges nearby scores into ties. This prints the absolute error on a few score distributions, each
+ranked as given (``normalization=None``: the logits row rounds the logits, not their sigmoid).
 
     python benchmarks/bench_16bit_error.py
 """
@@ -26,11 +27,12 @@ def main() -> None:
     ]:
         scores = make()
         target = (torch.rand(n, generator=gen) < (scores - scores.min()) / (scores.max() - scores.min())).long()
-        exact = (float(auroc(scores, target)), float(average_precision(scores, target)))
+        raw = {"normalization": None}
+        exact = (float(auroc(scores, target, **raw)), float(average_precision(scores, target, **raw)))
         for dtype in (torch.bfloat16, torch.float16):
             approx = (
-                float(auroc(scores, target, thresholds=dtype)),
-                float(average_precision(scores, target, thresholds=dtype)),
+                float(auroc(scores, target, thresholds=dtype, **raw)),
+                float(average_precision(scores, target, thresholds=dtype, **raw)),
             )
             print(
                 f"{name:34} {str(dtype).split('.')[1]:9}"

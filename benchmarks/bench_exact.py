@@ -51,8 +51,8 @@ def _variant(name: str, preds: Any, target: Any) -> Any:
     if name == "varlen auroc (logits)":
         from torchmetrics_varlen.functional import auroc
 
-        logits = torch.logit(preds.clamp(1e-6, 1 - 1e-6))  # negative scores: the wide (8-byte) keys
-        return lambda: auroc(logits, target, validate_args=False)
+        logits = torch.logit(preds.clamp(1e-6, 1 - 1e-6))  # negative scores, ranked raw: the wide (8-byte) keys
+        return lambda: auroc(logits, target, validate_args=False, normalization=None)
     if name == "varlen ap":
         from torchmetrics_varlen.functional import average_precision
 
