@@ -181,3 +181,26 @@ def test_multilabel_bad_label_values() -> None:
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match=r"labels in \[0, 1\], but found values \[0, 1, 2\]"):
             metric.update(torch.rand(2, 2), torch.tensor([[0, 1], [2, 1]]))
+
+
+def test_float_class_indices_are_accepted_and_other_floats_rejected() -> None:
+    """Floating point targets holding whole class indices (and ignore_index) work as integer ones; 1.5 and NaN do
+    not; complex targets are rejected by dtype.
+    """
+    preds, target = multiclass_data(60, 3, 10)
+    target = target.clone()
+    target[::7] = -1
+    as_float = auroc(preds, target.float(), task="multiclass", num_classes=3, ignore_index=-1)
+    torch.testing.assert_close(as_float, auroc(preds, target, task="multiclass", num_classes=3, ignore_index=-1))
+    ml_preds, ml_target = multilabel_data(40, 3, 11)
+    got = average_precision(ml_preds, ml_target.double(), task="multilabel", num_labels=3)
+    torch.testing.assert_close(got, average_precision(ml_preds, ml_target, task="multilabel", num_labels=3))
+    bad = target.float()
+    bad[1] = 1.5
+    with pytest.raises(ValueError, match=r"class indices in \[0, 2\] or ignore_index=-1, but found values .*1\.5"):
+        auroc(preds, bad, task="multiclass", num_classes=3, ignore_index=-1)
+    bad[1] = float("nan")
+    with pytest.raises(ValueError, match=r"class indices in \[0, 2\] or ignore_index=-1, but found values .*nan"):
+        auroc(preds, bad, task="multiclass", num_classes=3, ignore_index=-1)
+    with pytest.raises(ValueError, match="Expected `target` to be an integer, bool or floating point tensor of labels"):
+        auroc(ml_preds, ml_target.to(torch.complex64), task="multilabel", num_labels=3)
