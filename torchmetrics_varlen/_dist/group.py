@@ -71,7 +71,11 @@ def is_nccl(group: Any) -> bool:
 
 
 def comm_device(group: Any, fallback: torch.device) -> torch.device:
-    """Where the group's data travels: the current CUDA device for NCCL, else the tensors' own device."""
-    if is_nccl(group) and fallback.type != "cuda":
-        return torch.device("cuda", torch.cuda.current_device())
+    """Where the group's data travels: the tensors' CUDA device (or the current one) for NCCL, the CPU for gloo
+    (whose point-to-point and all-to-all take no CUDA tensors), else the tensors' own device.
+    """
+    if is_nccl(group):
+        return fallback if fallback.type == "cuda" else torch.device("cuda", torch.cuda.current_device())
+    if "gloo" in str(dist.get_backend(group)).lower():
+        return torch.device("cpu")
     return fallback

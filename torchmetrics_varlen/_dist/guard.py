@@ -53,7 +53,7 @@ _ERROR_PATH_WAIT = 3.0  # seconds the error paths wait for the (live) ranks' key
 
 
 @dataclass
-class _Scope:
+class Scope:
     """Per-process counters, one set per default process group (a new ``init_process_group`` starts afresh)."""
 
     created: dict[str, int] = field(default_factory=dict)  # identity base -> metrics created so far
@@ -61,14 +61,14 @@ class _Scope:
     last_go: dict[str, str] = field(default_factory=dict)  # group -> key prefix of its last completed sync
 
 
-_SCOPES: weakref.WeakKeyDictionary[Any, _Scope] = weakref.WeakKeyDictionary()
-_NO_GROUP = _Scope()
+_SCOPES: weakref.WeakKeyDictionary[Any, Scope] = weakref.WeakKeyDictionary()
+_NO_GROUP = Scope()
 
 
-def _scope() -> _Scope:
+def _scope() -> Scope:
     if not distributed_available():
         return _NO_GROUP
-    return _SCOPES.setdefault(_compat.default_group(), _Scope())
+    return _SCOPES.setdefault(_compat.default_group(), Scope())
 
 
 def new_identity(base: str) -> str:
@@ -102,6 +102,7 @@ class Ticket:
     """A sync that every rank of the group entered: its store keys and what to say if a later step fails."""
 
     layout: GroupLayout
+    store: Any
     identity: str
     prefix: str
     timeout: float | None
@@ -117,15 +118,15 @@ class Ticket:
 
     def set(self, key: str, value: str) -> None:
         """Write ``key`` (relative to the sync's prefix)."""
-        self.store_op(_store().set, self.prefix + key, value)
+        self.store_op(self.store.set, self.prefix + key, value)
 
     def get(self, key: str) -> bytes:
         """Read ``key`` (relative to the sync's prefix); it must exist."""
-        return bytes(self.store_op(_store().get, self.prefix + key))
+        return bytes(self.store_op(self.store.get, self.prefix + key))
 
     def wait_keys(self, keys: list[str], seconds: float | None) -> bool:
         """Block until every key (relative to the sync's prefix) exists (``True``) or ``seconds`` pass (``False``)."""
-        store = _store()
+        store = self.store
         full = [self.prefix + k for k in keys]
         while True:
             slice_s = _FOREVER if seconds is None else max(seconds, 0.001)
@@ -145,7 +146,7 @@ class Ticket:
         This rank leaves a note, waits a few seconds for the notes of the other ranks whose step failed too, and
         names the ranks that left none: they died or stopped responding.
         """
-        layout, store = self.layout, _store()
+        layout, store = self.layout, self.store
         me = layout.describe(layout.rank)
         try:
             store.set(f"{self.prefix}failed/{layout.rank}", f"{type(error).__name__}: {error}"[:500])
@@ -182,6 +183,8 @@ def check_in(
     timeout: float | None,
     what: str,
     fix: str,
+    store: Any | None = None,
+    scope: Scope | None = None,
 ) -> Ticket:
     """Wait until every rank of the group has entered this sync of ``identity``; return the sync's ticket.
 
@@ -194,19 +197,22 @@ def check_in(
         timeout: Seconds to wait for the other ranks; ``None`` waits forever.
         what: Names the operation in errors, e.g. ``"VarlenAUROC.compute()"``.
         fix: What the user should do when ranks are missing.
+        store: The store (default: the default process group's); for simulations of many ranks in one process.
+        scope: The per-process counters (default: those of the default process group); for simulations too.
 
     Raises:
         MetricSyncError: On every rank that arrived, if some rank did not arrive within ``timeout`` seconds (naming
             it), or if the ranks' signatures differ (naming the fields that differ and each rank's value).
     """
-    scope, store = _scope(), _store()
+    scope = scope or _scope()
+    store = store or _store()
     key = (layout.name, identity)
     skipped: list[int] = []
     started = time.monotonic()
     while True:
         seq = scope.sequences.get(key, 0)
         scope.sequences[key] = seq + 1
-        ticket = Ticket(layout, identity, f"{_ROOT}/{layout.name}/{identity}/{seq}/", timeout, what, fix)
+        ticket = Ticket(layout, store, identity, f"{_ROOT}/{layout.name}/{identity}/{seq}/", timeout, what, fix)
         first = ticket.store_op(store.compare_set, ticket.prefix + "sig", "", signature)
         same = first == signature.encode()
         arrival = int(ticket.store_op(store.add, ticket.prefix + "n", 1 if same else 1 + _MISMATCH))
@@ -242,7 +248,7 @@ def _raise_missing(ticket: Ticket, arrived_as: int, collect: int, skipped: list[
     Each such rank writes its arrival slot; the first rank that gave up (``collect``: how many had arrived by then)
     reads the slots and publishes the missing ranks, so that every rank's message names them.
     """
-    layout, store = ticket.layout, _store()
+    layout, store = ticket.layout, ticket.store
     ticket.store_op(store.set, f"{ticket.prefix}at/{arrived_as}", str(layout.rank))
     if collect:
         slots = [f"at/{i}" for i in range(1, collect + 1)]
@@ -278,7 +284,7 @@ def _raise_missing(ticket: Ticket, arrived_as: int, collect: int, skipped: list[
 
 def _raise_mismatch(ticket: Ticket, record: Callable[[], dict[str, Any]]) -> None:
     """Raise the same error on every rank: which fields of the ranks' records differ, and each rank's value."""
-    layout, store = ticket.layout, _store()
+    layout, store = ticket.layout, ticket.store
     ticket.store_op(store.set, f"{ticket.prefix}rec/{layout.rank}", json.dumps(record(), sort_keys=True))
     if layout.rank == 0:
         keys = [f"rec/{r}" for r in range(layout.world)]
@@ -317,14 +323,14 @@ def describe_differences(records: list[dict[str, Any]], layout: GroupLayout) -> 
     return f"{names}, so their states cannot be combined:\n" + "\n".join(rows)
 
 
-def _forget_previous(ticket: Ticket, scope: _Scope) -> None:
+def _forget_previous(ticket: Ticket, scope: Scope) -> None:
     """Group rank 0 deletes the keys of the group's previous completed sync: every rank has passed it."""
     name = ticket.layout.name
     previous = scope.last_go.get(name)
     scope.last_go[name] = ticket.prefix
     if previous is None or ticket.layout.rank != 0:
         return
-    store = _store()
+    store = ticket.store
     try:
         for key in ("sig", "n", "d"):
             store.delete_key(previous + key)
