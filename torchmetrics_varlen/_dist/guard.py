@@ -49,7 +49,7 @@ _MISMATCH = 1 << 20  # arrivals whose signature differs from the first one: bits
 _ABORT = 1 << 50  # ranks that stopped waiting: bits 50-62
 _GO, _DIFFERS, _ABANDON = "go", "mismatch", "abort"
 _FOREVER = 3600.0  # sync_timeout=None: wait in slices of an hour
-_ERROR_PATH_WAIT = 3.0  # seconds the error paths wait for the (live) ranks' keys
+_ERROR_PATH_WAIT = 2.0  # seconds the error paths wait for the (live) ranks' keys
 
 
 @dataclass
