@@ -433,6 +433,7 @@ def broadcast_value(
     names the value among those of the sync (metrics of a compute group share one sync).
     """
     layout, store_key = ticket.layout, f"value/{key}"
+    ticket.extra_keys.append(store_key)
     if layout.rank == src:
         try:
             value, extra = compute()

@@ -58,7 +58,7 @@ class Scope:
 
     created: dict[str, int] = field(default_factory=dict)  # identity base -> metrics created so far
     sequences: dict[tuple[str, str], int] = field(default_factory=dict)  # (group, identity) -> next sequence
-    last_go: dict[str, str] = field(default_factory=dict)  # group -> key prefix of its last completed sync
+    last_go: dict[str, Ticket] = field(default_factory=dict)  # group -> its last completed sync
 
 
 _SCOPES: weakref.WeakKeyDictionary[Any, Scope] = weakref.WeakKeyDictionary()
@@ -108,6 +108,7 @@ class Ticket:
     timeout: float | None
     what: str
     fix: str
+    extra_keys: list[str] = field(default_factory=list)  # keys written after the check-in, deleted with the sync's
 
     def store_op(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run one store operation; a dead store becomes a :class:`MetricSyncError` that says so."""
@@ -117,7 +118,7 @@ class Ticket:
             raise _lost_store(err, self.layout, self.what) from err
 
     def set(self, key: str, value: str) -> None:
-        """Write ``key`` (relative to the sync's prefix)."""
+        """Write ``key`` (relative to the sync's prefix); it is deleted once every rank has passed the sync."""
         self.store_op(self.store.set, self.prefix + key, value)
 
     def get(self, key: str) -> bytes:
@@ -327,12 +328,12 @@ def _forget_previous(ticket: Ticket, scope: Scope) -> None:
     """Group rank 0 deletes the keys of the group's previous completed sync: every rank has passed it."""
     name = ticket.layout.name
     previous = scope.last_go.get(name)
-    scope.last_go[name] = ticket.prefix
+    scope.last_go[name] = ticket
     if previous is None or ticket.layout.rank != 0:
         return
     store = ticket.store
     try:
-        for key in ("sig", "n", "d"):
-            store.delete_key(previous + key)
+        for key in ("sig", "n", "d", *previous.extra_keys):
+            store.delete_key(previous.prefix + key)
     except (RuntimeError, NotImplementedError):  # pragma: no cover - stores without delete keep the keys
         pass
