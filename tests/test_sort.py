@@ -48,7 +48,7 @@ def test_compact_and_wide_keys_give_the_same_bits(dtype: torch.dtype) -> None:
     gen = torch.Generator().manual_seed(9)
     target = torch.randint(0, 2, (3000,), generator=gen)
     probs = (torch.rand(3000, generator=gen) * 0.7 + 0.3 * target).to(dtype)
-    compact = _sort.column(probs, target.bool())
+    compact = _sort.sort_problem(probs, target.bool())
     assert isinstance(compact, _sort.SortedKeys)
     assert compact.compact
     wide_keys = _sort.sort_keys_(_sort.encode(probs, target.bool(), compact=False))
@@ -87,8 +87,8 @@ def test_keys_and_counts_stream_the_same_bits(monkeypatch: pytest.MonkeyPatch, c
     """float32 scores stream packed keys; the same scores as float64 stream counts: the chunking is the same."""
     monkeypatch.setattr(_sort, "CHUNK", chunk)
     preds, target = _data(2000, 3, 4, torch.float32)
-    keys = _sort.column(preds, target.bool())
-    counts = _sort.column(preds.double(), target.bool())
+    keys = _sort.sort_problem(preds, target.bool())
+    counts = _sort.sort_problem(preds.double(), target.bool())
     assert isinstance(keys, _sort.SortedKeys)
     assert isinstance(counts, _sort.Counts)
     assert rank_sums(keys) == rank_sums(counts)
@@ -101,7 +101,7 @@ def test_area_does_not_depend_on_the_chunk_size(monkeypatch: pytest.MonkeyPatch)
     areas = set()
     for chunk in (1, 3, 100, 1 << 18):
         monkeypatch.setattr(_sort, "CHUNK", chunk)
-        areas.add(rank_sums(_sort.column(preds, target.bool()), ap=False).twice_area)
+        areas.add(rank_sums(_sort.sort_problem(preds, target.bool()), ap=False).twice_area)
     assert len(areas) == 1
 
 

@@ -1,70 +1,281 @@
-"""Argument and tensor validators shared by the functional core and the metric classes."""
+"""Every argument and input validator of the package, and the vocabulary they check.
+
+The functional core and the metric classes call these and nothing else to validate. Messages have one form,
+"Expected `name` to be ..., but got {value!r}.", built into ``msg`` first.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Sequence
+from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor
 
+Task = Literal["binary", "multiclass", "multilabel"]
+Average = Literal["micro", "macro", "weighted", "none"] | None
 Thresholds = int | list[float] | Tensor | torch.dtype | None
 Normalization = Literal["sigmoid", "softmax"] | None
+Weighting = Literal["samples", "uniform"]
+
+TASKS: tuple[str, ...] = ("binary", "multiclass", "multilabel")
 NORMALIZATIONS = ("sigmoid", "softmax", None)
-HIST_DTYPES = (torch.float16, torch.bfloat16)
+HIST_DTYPES = (torch.float16, torch.bfloat16)  # thresholds=<dtype>: every value of the dtype is a threshold
+# The `average` each task accepts (torchmetrics 1.9's): scalar statistics (AUROC, AP), and curves.
+SCALAR_AVERAGES = {
+    "multiclass": ("macro", "weighted", "none", None),
+    "multilabel": ("micro", "macro", "weighted", "none", None),
+}
+CURVE_AVERAGES = {"multiclass": ("micro", "macro", None), "multilabel": (None,)}
+
+
+def within(x: Tensor | Sequence[Tensor], low: float, high: float, *, closed: bool = True) -> bool:
+    """Whether every value of ``x`` (a tensor or pieces of one) lies in ``[low, high]`` (``[low, high)`` unless
+    ``closed``); NaN never does. One ``aminmax`` pass per piece.
+    """
+    for piece in [x] if isinstance(x, Tensor) else x:
+        if piece.numel():
+            lowest, highest = torch.aminmax(piece)
+            if not (bool(lowest >= low) and bool(highest <= high if closed else highest < high)):
+                return False
+    return True
+
+
+def _is_int(value: object, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+# ------------------------------------------------------------------ arguments
+
+
+def validate_task_args(
+    task: str,
+    num_classes: int | None,
+    num_labels: int | None,
+    average: Average,
+    *,
+    averages: dict[str, tuple[str | None, ...]] = SCALAR_AVERAGES,
+    tasks: tuple[str, ...] = TASKS,
+) -> None:
+    """Check ``task`` (one of ``tasks``), the size it needs and its ``average`` (ignored for binary).
+
+    Deliberately not torchmetrics' "Invalid Classification: expected one of [...]": the house form names the
+    argument and quotes the value (``but got 'multi'``), as every other message of the package does.
+    """
+    if task not in tasks:
+        allowed = f"one of {tasks}" if tasks == TASKS else " or ".join(repr(t) for t in tasks)
+        msg = f"Expected argument `task` to be {allowed}, but got {task!r}."
+        raise ValueError(msg)
+    if task == "multiclass" and not _is_int(num_classes, 2):
+        msg = f"Expected argument `num_classes` to be an int >= 2 for task='multiclass', but got {num_classes!r}."
+        raise ValueError(msg)
+    if task == "multilabel" and not _is_int(num_labels, 1):
+        msg = f"Expected argument `num_labels` to be an int >= 1 for task='multilabel', but got {num_labels!r}."
+        raise ValueError(msg)
+    if task in averages and average not in averages[task]:
+        msg = f"Expected argument `average` to be one of {averages[task]} for task={task!r}, but got {average!r}."
+        raise ValueError(msg)
+
+
+def _validate_thresholds(thresholds: Thresholds) -> None:
+    if isinstance(thresholds, torch.dtype):
+        if thresholds not in HIST_DTYPES:
+            msg = (
+                "Expected argument `thresholds` given as a dtype to be torch.float16 or torch.bfloat16 (every value"
+                f" of that dtype is a threshold), but got {thresholds}."
+            )
+            raise ValueError(msg)
+        return
+    if thresholds is None:
+        return
+    if isinstance(thresholds, bool) or not isinstance(thresholds, (int, list, Tensor)):
+        msg = (
+            "Expected argument `thresholds` to be None, an int, a list of floats, a 1-D tensor,"
+            f" torch.float16 or torch.bfloat16, but got {thresholds!r}."
+        )
+        raise ValueError(msg)
+    if isinstance(thresholds, int) and thresholds < 2:
+        msg = f"Expected argument `thresholds` given as an int to be at least 2, but got {thresholds}."
+        raise ValueError(msg)
+    if isinstance(thresholds, list) and not all(isinstance(t, float) and 0 <= t <= 1 for t in thresholds):
+        msg = f"Expected argument `thresholds` given as a list to hold floats in [0, 1], but got {thresholds!r}."
+        raise ValueError(msg)
+    if isinstance(thresholds, list) and not thresholds:
+        msg = "Expected argument `thresholds` given as a list to be non-empty, but got []."
+        raise ValueError(msg)
+    if isinstance(thresholds, Tensor) and (thresholds.ndim != 1 or not thresholds.is_floating_point()):
+        msg = (
+            "Expected argument `thresholds` given as a tensor to be 1-D and floating point,"
+            f" but got shape {tuple(thresholds.shape)} and dtype {thresholds.dtype}."
+        )
+        raise ValueError(msg)
 
 
 def validate_ranking_args(
-    *, max_fpr: float | None = None, thresholds: Thresholds = None, ignore_index: int | None = None
+    *,
+    task: str = "binary",
+    max_fpr: float | None = None,
+    thresholds: Thresholds = None,
+    ignore_index: int | None = None,
+    normalization: Normalization = None,
+    binned: bool = True,
+    what: str = "",
 ) -> None:
-    """Check the constructor / functional arguments shared by the binary ranking metrics."""
+    """Check the arguments shared by the ranking metrics (AUROC, AP, curves, best F1); without a ``binned`` mode
+    (``what`` names the metric), ``thresholds`` is ``None`` or a 16-bit dtype.
+    """
     if max_fpr is not None and (
         isinstance(max_fpr, bool) or not isinstance(max_fpr, (float, int)) or not 0 < max_fpr <= 1
     ):
         msg = f"Expected argument `max_fpr` to be a float in the range (0, 1], but got {max_fpr!r}."
         raise ValueError(msg)
-    if isinstance(thresholds, torch.dtype) and thresholds not in HIST_DTYPES:
+    if max_fpr is not None and task != "binary":
+        msg = f"Argument `max_fpr` (partial AUC) is only defined for task='binary', but got task={task!r}."
+        raise ValueError(msg)
+    if not binned and thresholds is not None and not isinstance(thresholds, torch.dtype):
         msg = (
-            "Expected argument `thresholds` given as a dtype to be torch.float16 or torch.bfloat16 (every value of"
-            f" that dtype is a threshold), but got {thresholds}."
+            f"Expected argument `thresholds` of {what} to be None (exact) or torch.float16 / torch.bfloat16"
+            f" (exact on the rounded scores, constant memory), but got {thresholds!r}."
         )
         raise ValueError(msg)
-    if thresholds is not None and not isinstance(thresholds, torch.dtype):
-        if isinstance(thresholds, bool) or not isinstance(thresholds, (int, list, Tensor)):
-            msg = (
-                "Expected argument `thresholds` to be None, an int, a list of floats, a 1-D tensor,"
-                f" torch.float16 or torch.bfloat16, but got {thresholds!r}."
-            )
-            raise ValueError(msg)
-        if isinstance(thresholds, int) and thresholds < 2:
-            msg = f"Expected argument `thresholds` given as an int to be at least 2, but got {thresholds}."
-            raise ValueError(msg)
-        if isinstance(thresholds, list) and not all(isinstance(t, float) and 0 <= t <= 1 for t in thresholds):
-            msg = f"Expected argument `thresholds` given as a list to hold floats in [0, 1], but got {thresholds!r}."
-            raise ValueError(msg)
-        if isinstance(thresholds, list) and not thresholds:
-            msg = "Expected argument `thresholds` given as a list to be non-empty, but got []."
-            raise ValueError(msg)
-        if isinstance(thresholds, Tensor) and (thresholds.ndim != 1 or not thresholds.is_floating_point()):
-            msg = (
-                "Expected argument `thresholds` given as a tensor to be 1-D and floating point,"
-                f" but got shape {tuple(thresholds.shape)} and dtype {thresholds.dtype}."
-            )
-            raise ValueError(msg)
+    _validate_thresholds(thresholds)
     if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
         msg = f"Expected argument `ignore_index` to be None or an int, but got {ignore_index!r}."
         raise ValueError(msg)
-
-
-def validate_normalization(normalization: Normalization) -> None:
-    """Check torchmetrics' ``normalization`` argument: ``"sigmoid"``, ``"softmax"`` or ``None``."""
     if normalization not in NORMALIZATIONS:
         msg = f"Expected argument `normalization` to be 'sigmoid', 'softmax' or None, but got {normalization!r}."
         raise ValueError(msg)
 
 
+def validate_weighting(weighting: str, return_per_group: bool = False, compute_on_rank: int | None = None) -> None:
+    """Group AUROC's ``weighting``; its per-group detail (a named tuple) is computed on every rank."""
+    if weighting not in ("samples", "uniform"):
+        msg = f"Expected argument `weighting` to be 'samples' or 'uniform', but got {weighting!r}."
+        raise ValueError(msg)
+    if return_per_group and compute_on_rank is not None:
+        msg = (
+            "Expected argument `compute_on_rank` to be None with `return_per_group=True` (the per-group detail is"
+            f" computed on every rank), but got {compute_on_rank!r}."
+        )
+        raise ValueError(msg)
+
+
+def validate_sync_args(
+    *,
+    dataset_size: int | None,
+    sync_timeout: float | None,
+    compute_on_rank: int | None,
+    compute_sharded: bool,
+    exact: bool,
+    shardable: bool,
+    max_fpr: float | None,
+    what: str,
+) -> None:
+    """Check the synchronisation keywords every metric class takes (``exact``: no ``thresholds``; ``shardable``:
+    the metric reduces to per-range sums, see ``_dist/shard.py``, which the partial AUC of ``max_fpr`` does not).
+    """
+    if sync_timeout is not None and (isinstance(sync_timeout, bool) or not sync_timeout > 0):
+        msg = f"Expected argument `sync_timeout` to be a positive number of seconds or None, but got {sync_timeout!r}."
+        raise ValueError(msg)
+    if dataset_size is not None and not _is_int(dataset_size, 0):
+        msg = f"Expected argument `dataset_size` to be a non-negative int or None, but got {dataset_size!r}."
+        raise ValueError(msg)
+    if compute_on_rank is not None and not _is_int(compute_on_rank, 0):
+        msg = f"Expected argument `compute_on_rank` to be a rank (int >= 0) or None, but got {compute_on_rank!r}."
+        raise ValueError(msg)
+    if not isinstance(compute_sharded, bool):
+        msg = f"Expected argument `compute_sharded` to be a bool, but got {compute_sharded!r}."
+        raise ValueError(msg)
+    if compute_sharded and max_fpr is not None:
+        msg = "`compute_sharded=True` computes the full AUROC from per-range sums; it does not support `max_fpr`."
+        raise ValueError(msg)
+    if compute_sharded and not shardable:
+        msg = (
+            f"Expected argument `compute_sharded` to be False for {what}, but got True: only AUROC and average"
+            " precision reduce to per-range sums and can be computed sharded; `compute_on_rank` keeps the data"
+            " off the other ranks."
+        )
+        raise ValueError(msg)
+    if compute_sharded and (not exact or compute_on_rank is not None):
+        msg = (
+            "`compute_sharded=True` spreads the exact computation over the ranks: it needs the exact mode"
+            " (thresholds=None; the binned and 16-bit states are already small and summed) and cannot be"
+            " combined with `compute_on_rank` (which gathers everything to one rank)."
+        )
+        raise ValueError(msg)
+
+
+def validate_compute_on_rank(compute_on_rank: int | None, world: int, initialised: bool, what: str) -> None:
+    """``compute_on_rank`` must be a rank of the process group: checked at ``compute()``, with or without one."""
+    if compute_on_rank is None or compute_on_rank < world:
+        return
+    group = f"the process group has {world} ranks" if initialised else "no process group is initialised (one rank)"
+    msg = (
+        f"Expected argument `compute_on_rank` of {what} to be None or a rank between 0 and {world - 1}, but got"
+        f" {compute_on_rank!r} (compute_on_rank={compute_on_rank} but {group})."
+    )
+    raise ValueError(msg)
+
+
+class RankingArgs(NamedTuple):
+    """The arguments a ranking function (AUROC, AP, curves, best F1) shares, to validate them in one call."""
+
+    task: str
+    num_classes: int | None
+    num_labels: int | None
+    average: Average
+    thresholds: Thresholds
+    ignore_index: int | None
+    normalization: Normalization
+    max_fpr: float | None = None
+
+    def validate(
+        self,
+        preds: Tensor,
+        target: Tensor,
+        *,
+        averages: dict[str, tuple[str | None, ...]] = SCALAR_AVERAGES,
+        tasks: tuple[str, ...] = TASKS,
+    ) -> None:
+        """Check the arguments (``averages`` / ``tasks``: what the function accepts), then the batch."""
+        validate_task_args(self.task, self.num_classes, self.num_labels, self.average, averages=averages, tasks=tasks)
+        validate_ranking_args(
+            task=self.task,
+            max_fpr=self.max_fpr,
+            thresholds=self.thresholds,
+            ignore_index=self.ignore_index,
+            normalization=self.normalization,
+        )
+        validate_inputs(
+            preds, target, self.task, self.num_classes, self.num_labels, self.ignore_index, self.normalization
+        )
+
+
+# ------------------------------------------------------------------ inputs
+
+
+def _check_shapes(preds: Tensor, target: Tensor, task: str, width: int) -> None:
+    if task != "binary" and (preds.ndim < 2 or preds.shape[1] != width):
+        what = "classes" if task == "multiclass" else "labels"
+        msg = f"Expected `preds` of shape (N, {width}, ...) for {width} {what}, but got {tuple(preds.shape)}."
+        raise ValueError(msg)
+    if task == "multiclass" and target.shape != preds.shape[:1] + preds.shape[2:]:
+        msg = (
+            f"Expected `target` of shape {tuple(preds.shape[:1] + preds.shape[2:])} (preds without the class"
+            f" dimension), but got {tuple(target.shape)}."
+        )
+        raise ValueError(msg)
+    if task != "multiclass" and target.shape != preds.shape:
+        msg = (
+            "Expected `preds` and `target` to have the same shape, but got"
+            f" {tuple(preds.shape)} and {tuple(target.shape)}."
+        )
+        raise ValueError(msg)
+
+
 def check_binary_normalization(scores: Tensor, normalization: Normalization) -> None:
     """Binary scores outside [0, 1] cannot be softmaxed (one score per sample, no class dimension)."""
-    if normalization == "softmax" and scores.numel() and not bool(((scores >= 0) & (scores <= 1)).all()):
+    if normalization == "softmax" and not within(scores, 0, 1):
         msg = (
             "Expected `normalization` to be 'sigmoid' or None for binary scores outside [0, 1] (softmax needs a class"
             f" dimension; use task='multiclass'), but got {normalization!r}."
@@ -72,62 +283,63 @@ def check_binary_normalization(scores: Tensor, normalization: Normalization) -> 
         raise ValueError(msg)
 
 
-def threshold_tensor(thresholds: Thresholds, device: torch.device | None = None) -> Tensor | None:
-    """Turn the ``thresholds`` argument into a float tensor (``int`` means ``linspace(0, 1, n)``); ``None`` for the
-    exact and the 16-bit histogram modes.
-    """
-    if thresholds is None or isinstance(thresholds, torch.dtype):
-        return None
-    if isinstance(thresholds, int):
-        return torch.linspace(0, 1, thresholds, device=device)
-    if isinstance(thresholds, list):
-        return torch.tensor(thresholds, device=device)
-    return thresholds.to(device) if device is not None else thresholds
-
-
-def validate_binary_tensors(
-    preds: Tensor, target: Tensor, ignore_index: int | None = None, normalization: Normalization = None
+def validate_inputs(
+    preds: Tensor,
+    target: Tensor,
+    task: str,
+    num_classes: int | None,
+    num_labels: int | None,
+    ignore_index: int | None,
+    normalization: Normalization = None,
 ) -> None:
-    """Check one batch of binary scores and labels; raise a ``ValueError`` that names the problem.
+    """Check one batch for ``task``: shapes, dtypes, finite scores, labels in range (``ignore_index`` aside).
 
-    Labels may be integer, bool or floating point (``0.0`` / ``1.0``, as torchmetrics' ``BinaryAUROC`` accepts).
+    Labels may be integer, bool, or floating point holding whole numbers (``1.0``), as torchmetrics accepts.
     """
     if not isinstance(preds, Tensor) or not isinstance(target, Tensor):
         msg = (
             f"Expected `preds` and `target` to be tensors, but got {type(preds).__name__} and {type(target).__name__}."
         )
         raise TypeError(msg)
-    if preds.shape != target.shape:
-        msg = (
-            "Expected `preds` and `target` to have the same shape, but got"
-            f" {tuple(preds.shape)} and {tuple(target.shape)}."
-        )
-        raise ValueError(msg)
+    width = {"binary": 1, "multiclass": num_classes or 2, "multilabel": num_labels or 1}[task]
+    _check_shapes(preds, target, task, width)
+    highest = width - 1 if task == "multiclass" else 1
+    noun, expected = {
+        "binary": ("labels in {0, 1}", "only {0, 1}"),
+        "multiclass": ("class indices", f"class indices in [0, {highest}]"),
+        "multilabel": ("labels", "labels in [0, 1]"),
+    }[task]
     if not preds.is_floating_point():
         msg = f"Expected `preds` to be a floating point tensor of scores or logits, but got dtype {preds.dtype}."
         raise ValueError(msg)
     if target.is_complex():
         msg = (
-            "Expected `target` to be an integer, bool or floating point tensor of labels in {0, 1},"
+            f"Expected `target` to be an integer, bool or floating point tensor of {noun},"
             f" but got dtype {target.dtype}."
         )
         raise ValueError(msg)
-    keep = target != ignore_index if ignore_index is not None else None
+    keep = None if ignore_index is None else target != ignore_index
+    labels = target if keep is None else target[keep]
+    bad = (labels < 0) | (labels > highest)
+    if labels.is_floating_point():
+        bad |= labels != labels.trunc()  # 0.5, and NaN (never equal to itself)
+    if labels.numel() and target.dtype != torch.bool and bool(bad.any()):
+        found = torch.unique(labels).tolist()[:10]
+        extra = "" if ignore_index is None else f" or ignore_index={ignore_index}"
+        msg = f"Expected `target` to hold {expected}{extra}, but found values {found}."
+        raise ValueError(msg)
+    if keep is not None and task == "multiclass":
+        keep = keep.unsqueeze(1).expand_as(preds)
     scores = preds if keep is None else preds[keep]
     if not bool(torch.isfinite(scores).all()):
-        bad = scores[~torch.isfinite(scores)]
+        bad_scores = scores[~torch.isfinite(scores)]
         msg = (
-            f"Expected `preds` to be finite, but found {bad.numel()} NaN or infinite value(s)"
-            f" (first: {bad[0].item()}). Check the model outputs before updating the metric."
+            f"Expected `preds` to be finite, but found {bad_scores.numel()} NaN or infinite value(s)"
+            f" (first: {bad_scores[0].item()}). Check the model outputs before updating the metric."
         )
         raise ValueError(msg)
-    check_binary_normalization(scores, normalization)
-    labels = target if keep is None else target[keep]
-    if target.dtype != torch.bool and labels.numel() and bool(((labels != 0) & (labels != 1)).any()):
-        found = torch.unique(labels).tolist()[:10]
-        allowed = "{0, 1}" if ignore_index is None else f"{{0, 1}} or ignore_index={ignore_index}"
-        msg = f"Expected `target` to hold only {allowed}, but found values {found}."
-        raise ValueError(msg)
+    if task == "binary":
+        check_binary_normalization(scores, normalization)
 
 
 def validate_sample_ids(
@@ -150,8 +362,3 @@ def validate_sample_ids(
     if non_negative and sample_ids.numel() and bool((sample_ids < 0).any()):
         msg = f"Expected `{name}` to be >= 0, but found {int(sample_ids.min())}."
         raise ValueError(msg)
-
-
-def histogram_dtype(thresholds: Thresholds) -> torch.dtype | None:
-    """The 16-bit dtype of the histogram mode (``thresholds=torch.float16`` / ``torch.bfloat16``), else ``None``."""
-    return thresholds if isinstance(thresholds, torch.dtype) else None

@@ -1,9 +1,20 @@
 """Metric classes: thin ``torchmetrics.Metric`` subclasses over :mod:`torchmetrics_varlen.functional`."""
 
-from torchmetrics_varlen.classification.auroc import VarlenAUROC
-from torchmetrics_varlen.classification.average_precision import VarlenAveragePrecision
+from torchmetrics_varlen.classification.auroc import VarlenAUROC, VarlenMulticlassAUROC, VarlenMultilabelAUROC
+from torchmetrics_varlen.classification.average_precision import (
+    VarlenAveragePrecision,
+    VarlenMulticlassAveragePrecision,
+    VarlenMultilabelAveragePrecision,
+)
 from torchmetrics_varlen.classification.best_f1 import VarlenBestF1
-from torchmetrics_varlen.classification.curves import VarlenPrecisionRecallCurve, VarlenROC
+from torchmetrics_varlen.classification.curves import (
+    VarlenMulticlassPrecisionRecallCurve,
+    VarlenMulticlassROC,
+    VarlenMultilabelPrecisionRecallCurve,
+    VarlenMultilabelROC,
+    VarlenPrecisionRecallCurve,
+    VarlenROC,
+)
 from torchmetrics_varlen.classification.group_auroc import VarlenGroupAUROC
 
 __all__ = [
@@ -11,6 +22,14 @@ __all__ = [
     "VarlenAveragePrecision",
     "VarlenBestF1",
     "VarlenGroupAUROC",
+    "VarlenMulticlassAUROC",
+    "VarlenMulticlassAveragePrecision",
+    "VarlenMulticlassPrecisionRecallCurve",
+    "VarlenMulticlassROC",
+    "VarlenMultilabelAUROC",
+    "VarlenMultilabelAveragePrecision",
+    "VarlenMultilabelPrecisionRecallCurve",
+    "VarlenMultilabelROC",
     "VarlenPrecisionRecallCurve",
     "VarlenROC",
 ]

@@ -1,8 +1,12 @@
 """The state handling, dedup and synchronisation shared by every metric of the package.
 
-A metric keeps one row per sample in list states (exact mode) or a summed multi-threshold confusion matrix
-(binned mode). ``update`` validates, drops sampler padding, formats and appends; ``compute`` runs after one guarded
-sync, drops duplicate ids and hands the rows to the functional core.
+A metric keeps one row per sample in list states (exact mode) or a summed state (binned confusion matrices, 16-bit
+histograms): its :class:`~torchmetrics_varlen.functional._count.Mode`, decided once in the constructor. ``update``
+validates, drops sampler padding, formats and appends (or adds); ``compute`` runs after one guarded sync, drops
+duplicate ids and hands the counted problems to the functional core.
+
+The constructor keywords of the synchronisation (``dataset_size``, ``sync_timeout``, ``compute_on_rank``,
+``compute_sharded``, ``sync_key``) are declared here only; the public classes pass them through ``**kwargs``.
 
 No ``from __future__ import annotations`` here: ``torch.jit.script(metric)`` reads the class annotations of
 ``_VarlenMetric`` to type the module's attributes, and TorchScript cannot resolve annotations kept as strings.
@@ -16,42 +20,28 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._checks import (
+    SCALAR_AVERAGES,
+    TASKS,
+    Average,
     Normalization,
     Thresholds,
-    histogram_dtype,
-    threshold_tensor,
-    validate_normalization,
+    validate_compute_on_rank,
+    validate_inputs,
     validate_ranking_args,
     validate_sample_ids,
+    validate_sync_args,
+    validate_task_args,
 )
 from torchmetrics_varlen._dedup import SyncReport, dedup_by_id, sampler_kept_rows
 from torchmetrics_varlen._dist.exchange import CheckedIn
-from torchmetrics_varlen._dist.group import comm_device, group_position
-from torchmetrics_varlen._dist.shard import Shard, route_rows_by_id, sharded_sums
+from torchmetrics_varlen._dist.group import distributed_available as group_initialised
+from torchmetrics_varlen._dist.group import group_position
+from torchmetrics_varlen.classification._sharded import compute_sharded
 from torchmetrics_varlen.classification._sync import _COUNTERS, SHARED_SYNCS, _SyncedMetric
-from torchmetrics_varlen.functional._ranking import RankSums
-from torchmetrics_varlen.functional._sort import Column, fits_compact, packable, sorted_keys
-from torchmetrics_varlen.functional._tasks import (
-    Average,
-    binary_problems,
-    binned_state,
-    empty_histogram,
-    empty_state,
-    exact_columns,
-    format_inputs,
-    histogram_columns,
-    histogram_state,
-    validate_inputs,
-    validate_task_args,
-)
-
-
-def _cat(state: list[Tensor] | Tensor, empty: Tensor) -> Tensor:
-    if isinstance(state, Tensor):
-        return state
-    if not state:
-        return empty
-    return torch.cat(state) if len(state) > 1 else state[0]
+from torchmetrics_varlen.functional._count import Mode, Problem, count, counted_problems, empty_state, threshold_tensor
+from torchmetrics_varlen.functional._reduce import RankStatistic, reduce_sums
+from torchmetrics_varlen.functional._sort import fits_compact
+from torchmetrics_varlen.functional._tasks import Split, format_inputs
 
 
 def _per_element(values: Tensor, shape: torch.Size) -> tuple[Tensor, Tensor]:
@@ -68,13 +58,18 @@ def _per_element(values: Tensor, shape: torch.Size) -> tuple[Tensor, Tensor]:
 class _VarlenMetric(_SyncedMetric):
     """Base of the package's metrics.
 
-    Subclasses implement ``compute`` from :meth:`_columns` (exact and 16-bit modes), :meth:`_evaluated` (the exact
-    rows) or :meth:`_evaluated_summed` (binned), and may add per-row states (``row_extras``, e.g. groups).
+    A subclass sets what it accepts (``_tasks``, ``_averages``, ``_binned``; ``_statistic`` for scalar statistics
+    that the sharded compute can reduce from per-range sums), implements ``compute`` from :meth:`_problems` (or
+    :meth:`_evaluated` for per-row extras such as groups) and may add per-row states (``row_extras``).
     """
 
     is_differentiable = False
     higher_is_better = True
     full_state_update = False
+    _tasks = TASKS
+    _averages = SCALAR_AVERAGES
+    _binned = True  # whether int / list / tensor thresholds (torchmetrics' binned mode) are accepted
+    _statistic: RankStatistic | None = None
 
     # TorchScript types the attributes from these (resolvable objects; list states declared as torchmetrics does).
     preds: list[Tensor]
@@ -95,55 +90,46 @@ class _VarlenMetric(_SyncedMetric):
         task: str = "binary",
         num_classes: int | None = None,
         num_labels: int | None = None,
-        average: Average = "macro",
+        average: Average = None,
+        max_fpr: float | None = None,
         thresholds: Thresholds = None,
         ignore_index: int | None = None,
         validate_args: bool = True,
         normalization: Normalization = "sigmoid",
+        row_extras: tuple[str, ...] = (),
+        config: dict[str, Any] | None = None,
         dataset_size: int | None = None,
         sync_timeout: float | None = 60.0,
         compute_on_rank: int | None = None,
         compute_sharded: bool = False,
         sync_key: str | None = None,
-        row_extras: tuple[str, ...] = (),
-        config: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        validate_task_args(task, num_classes, num_labels, average)
-        if validate_args:
-            validate_ranking_args(thresholds=thresholds, ignore_index=ignore_index)
-            validate_normalization(normalization)
-        if sync_timeout is not None and (isinstance(sync_timeout, bool) or not sync_timeout > 0):
-            msg = (
-                "Expected argument `sync_timeout` to be a positive number of seconds or None,"
-                f" but got {sync_timeout!r}."
-            )
-            raise ValueError(msg)
-        if dataset_size is not None and (
-            isinstance(dataset_size, bool) or not isinstance(dataset_size, int) or dataset_size < 0
-        ):
-            msg = f"Expected argument `dataset_size` to be a non-negative int or None, but got {dataset_size!r}."
-            raise ValueError(msg)
+        validate_task_args(task, num_classes, num_labels, average, averages=self._averages, tasks=self._tasks)
+        validate_ranking_args(
+            task=task,
+            max_fpr=max_fpr,
+            thresholds=thresholds,
+            ignore_index=ignore_index,
+            normalization=normalization,
+            binned=self._binned,
+            what=type(self).__name__,
+        )
+        validate_sync_args(
+            dataset_size=dataset_size,
+            sync_timeout=sync_timeout,
+            compute_on_rank=compute_on_rank,
+            compute_sharded=compute_sharded,
+            exact=thresholds is None,
+            shardable=self._statistic is not None,
+            max_fpr=max_fpr,
+            what=type(self).__name__,
+        )
         self.task = task
         self.num_classes = num_classes
         self.num_labels = num_labels
         self.average = average
-        if compute_on_rank is not None and (
-            isinstance(compute_on_rank, bool) or not isinstance(compute_on_rank, int) or compute_on_rank < 0
-        ):
-            msg = f"Expected argument `compute_on_rank` to be a rank (int >= 0) or None, but got {compute_on_rank!r}."
-            raise ValueError(msg)
-        if not isinstance(compute_sharded, bool):
-            msg = f"Expected argument `compute_sharded` to be a bool, but got {compute_sharded!r}."
-            raise ValueError(msg)
-        if compute_sharded and (thresholds is not None or compute_on_rank is not None):
-            msg = (
-                "`compute_sharded=True` spreads the exact computation over the ranks: it needs the exact mode"
-                " (thresholds=None; the binned and 16-bit states are already small and summed) and cannot be"
-                " combined with `compute_on_rank` (which gathers everything to one rank)."
-            )
-            raise ValueError(msg)
         self.ignore_index = ignore_index
         self.validate_args = validate_args
         self.normalization = normalization
@@ -152,20 +138,20 @@ class _VarlenMetric(_SyncedMetric):
         self.compute_on_rank = compute_on_rank
         self.compute_sharded = compute_sharded
         self.sync_report: SyncReport | None = None
+        self.mode = Mode.of(thresholds)  # exact, binned or 16-bit: decided here, once
+        self._split = Split(task, average)
+        self._summed = self.mode.state_name  # the summed state's name (None: rows), for the sync
         self._row_extras = row_extras
         self._width: int = (num_classes if task == "multiclass" else num_labels) or 1
         thr = threshold_tensor(thresholds)
         self.register_buffer("thresholds", thr, persistent=False)
-        self._hist_dtype = histogram_dtype(thresholds)
-        # Per-sample rows (exact), or a summed state: binned confusion matrices, or 16-bit histograms.
-        self._summed = "confmat" if thr is not None else ("hist" if self._hist_dtype is not None else None)
         if self._summed is None:
             for name in ("preds", "target", "ids", "ids_sub", *row_extras):
                 self.add_state(name, default=[], dist_reduce_fx="cat")
-        elif thr is not None:
-            self.add_state("confmat", default=empty_state(task, thr.numel(), self._width), dist_reduce_fx="sum")
         else:
-            self.add_state("hist", default=empty_histogram(task, self._width), dist_reduce_fx="sum")
+            n_thresholds = 0 if thr is None else thr.numel()
+            default = empty_state(self.mode, task, self._width, n_thresholds)
+            self.add_state(self._summed, default=default, dist_reduce_fx="sum")
         for name in _COUNTERS:
             self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self._config: dict[str, Any] = {
@@ -174,7 +160,7 @@ class _VarlenMetric(_SyncedMetric):
             "num_classes": num_classes,
             "num_labels": num_labels,
             "average": average,
-            "thresholds": thr.tolist() if thr is not None else (str(self._hist_dtype) if self._hist_dtype else None),
+            "thresholds": thr.tolist() if thr is not None else (str(self.mode.dtype) if self.mode.dtype else None),
             "ignore_index": ignore_index,
             "normalization": normalization,
             "dataset_size": dataset_size,
@@ -232,7 +218,7 @@ class _VarlenMetric(_SyncedMetric):
         extras: dict[str, Tensor],
         start: int | None,
     ) -> None:
-        """Validate, drop sampler padding, format and append one batch; all or nothing."""
+        """Validate, drop sampler padding, format and append (or count) one batch; all or nothing."""
         start = self._position if start is None else start
         self._validate_batch(preds, target, sample_ids, extras, start)
         SHARED_SYNCS.clear()
@@ -261,11 +247,9 @@ class _VarlenMetric(_SyncedMetric):
         if self._summed is None:
             for name, value in (("preds", scores), ("target", labels), *expanded.items()):
                 cast(list[Tensor], getattr(self, name)).append(value)
-        elif self.thresholds is not None:
-            self.confmat = self.confmat + binned_state(scores, labels, self.task, self.thresholds.to(scores.device))
         else:
-            assert self._hist_dtype is not None
-            self.hist = self.hist + histogram_state(scores, labels, self.task, self._hist_dtype)
+            batch = count(self.mode, scores, labels, self.task, self.thresholds)
+            setattr(self, self._summed, getattr(self, self._summed) + batch)
         # Out of place on purpose: a metric pickled to spawned processes (Lightning's ddp_spawn) can share its tensor
         # states' storage across ranks, and an in-place add would then count every rank's samples on every rank.
         self.num_samples = self.num_samples + scores.shape[0]
@@ -289,7 +273,7 @@ class _VarlenMetric(_SyncedMetric):
                     validate_sample_ids(sample_ids, shape)
                 for name, values in extras.items():
                     validate_sample_ids(values, shape, name=name, non_negative=False)
-            self._check_mode(sample_ids)
+            self._check_dedup_mode(sample_ids)
         except (ValueError, TypeError):
             self._update_count -= 1  # the failed call must not count as an update either
             rows = (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
@@ -297,7 +281,7 @@ class _VarlenMetric(_SyncedMetric):
             self.rejected = self.rejected + rows
             raise
 
-    def _check_mode(self, sample_ids: Tensor | None) -> None:
+    def _check_dedup_mode(self, sample_ids: Tensor | None) -> None:
         if sample_ids is not None and self._summed is not None:
             msg = (
                 f"{type(self).__name__}: `sample_ids` need the exact mode (thresholds=None), because the binned and"
@@ -337,8 +321,19 @@ class _VarlenMetric(_SyncedMetric):
 
     # ------------------------------------------------------------------ compute
 
-    def _rows(self, name: str) -> Tensor:
-        return _cat(getattr(self, name), self._empty(name))
+    def sync(
+        self,
+        dist_sync_fn: Any = None,
+        process_group: Any | None = None,
+        should_sync: bool = True,
+        distributed_available: Any = None,
+    ) -> None:
+        """Torchmetrics' ``sync``, after checking ``compute_on_rank`` against the process group, with or without
+        one: every ``compute()`` goes through here first.
+        """
+        _, world = group_position(process_group or self.process_group)
+        validate_compute_on_rank(self.compute_on_rank, world, group_initialised(), type(self).__name__)
+        super().sync(dist_sync_fn, process_group, should_sync, distributed_available)
 
     def _pieces(self, name: str) -> list[Tensor]:
         """The stored batches of state ``name`` (one empty piece if none), for packing without a concatenation."""
@@ -346,36 +341,27 @@ class _VarlenMetric(_SyncedMetric):
         pieces = [state] if isinstance(state, Tensor) else list(state)
         return pieces or [self._empty(name)]
 
-    def _evaluated(self) -> dict[str, Tensor]:
-        """The rows to evaluate after dedup (ordered by id in id mode); fills ``sync_report``."""
-        rows = {name: self._rows(name) for name in ("preds", "target", *self._row_extras)}
-        kept_samples = None
-        if self._dedup_mode() == "ids":
-            ids = self._rows("ids")
-            keep = dedup_by_id(ids, self._rows("ids_sub"), rows["target"])
-            rows = {name: value[keep] for name, value in rows.items()}
-            kept_ids = ids[keep]
-            kept_samples = int(kept_ids.numel() and 1 + torch.count_nonzero(kept_ids[1:] != kept_ids[:-1]))
-        self._report(kept_samples)
-        return rows
-
-    def _evaluated_summed(self) -> Tensor:
-        """The summed state (binned confusion matrices or 16-bit histograms); fills ``sync_report``."""
-        self._report(None)
-        return self.confmat if self.thresholds is not None else self.hist
-
-    def _columns(self, with_scores: bool) -> list[Column]:
-        """Every binary problem, in exact or 16-bit mode (not binned)."""
-        if self._hist_dtype is not None:
-            return histogram_columns(self._evaluated_summed(), self._hist_dtype, self.task, self.average, with_scores)
-        preds = self._pieces("preds")
-        one_dtype = len({p.dtype for p in preds}) == 1 and packable(preds[0].dtype)
-        if self.task == "binary" and one_dtype and self._dedup_mode() != "ids":
-            # The stored batches (or the per-rank pieces of a sync) are encoded straight into one key buffer.
+    def _evaluated(self) -> dict[str, list[Tensor]]:
+        """The rows to evaluate, per state: the stored pieces, or in id mode the deduplicated rows ordered by id (one
+        piece); fills ``sync_report``.
+        """
+        names = ("preds", "target", *self._row_extras)
+        if self._dedup_mode() != "ids":
             self._report(None)
-            return [sorted_keys(preds, self._pieces("target"))]
-        rows = self._evaluated()
-        return exact_columns(rows["preds"], rows["target"], self.task, self.average, with_scores)
+            return {name: self._pieces(name) for name in names}
+        rows = {name: torch.cat(self._pieces(name)) for name in (*names, "ids", "ids_sub")}
+        keep = dedup_by_id(rows["ids"], rows["ids_sub"], rows["target"])
+        kept_ids = rows["ids"][keep]
+        self._report(int(kept_ids.numel() and 1 + torch.count_nonzero(kept_ids[1:] != kept_ids[:-1])))
+        return {name: [rows[name][keep]] for name in names}
+
+    def _problems(self, with_scores: bool) -> list[Problem]:
+        """Every binary problem of what every rank evaluated, ordered and counted in the metric's mode."""
+        if self._summed is None:
+            rows = self._evaluated()
+            return counted_problems(self.mode, (rows["preds"], rows["target"]), self._split, None, with_scores)
+        self._report(None)
+        return counted_problems(self.mode, getattr(self, self._summed), self._split, self.thresholds, with_scores)
 
     def _report(self, kept_samples: int | None, info: list[dict[str, int]] | None = None) -> None:
         """Fill ``sync_report``; ``info`` (every rank's counters) when the caller synced them itself."""
@@ -419,66 +405,11 @@ class _VarlenMetric(_SyncedMetric):
             info["compact"] = int(fits_compact(self._pieces("preds")))
         return info
 
-    # ------------------------------------------------------------------ sharded compute
-
-    _wanted_sums: tuple[bool, bool] = (True, True)  # (area, ap): what _value_from_sums needs
-
-    def _value_from_sums(self, sums: list[RankSums]) -> Tensor:
-        """The metric's value from the global sums of every binary problem (sharded compute)."""
-        raise NotImplementedError
-
     def _compute_sharded(self, checked: CheckedIn) -> Tensor:
-        """``compute_sharded=True``: every rank keeps one range of the scores; see ``_dist/shard.py``."""
-        names = ("preds", "target", "ids", "ids_sub")
-        preds = self._pieces("preds")
-        compact = all(i["compact"] for i in checked.info)
-        comm = comm_device(checked.ticket.layout.group, self.num_samples.device)
-        shard = Shard(checked.ticket, comm)
-        dtype = checked.layouts["preds"][0]
-        kept = None
-        problems: list[tuple[Any, Any]]
-        if "ids" in {r.modes["dedup"] for r in checked.ranks}:
-            rows = {name: self._rows(name).to(comm) for name in names}
-            rows["preds"] = rows["preds"].to(dtype)
-            rows, kept = self._dedup_sharded(shard, route_rows_by_id(shard, rows, rows["ids"]))
-            problems = binary_problems(rows.pop("preds"), rows.pop("target"), self.task, self.average)
-        elif self.task == "binary":
-            # The stored batches go straight into the sort keys, never concatenated.
-            problems = [([p.to(device=comm, dtype=dtype) for p in preds], [t.to(comm) for t in self._pieces("target")])]
-        else:
-            preds_rows, target_rows = self._rows("preds").to(device=comm, dtype=dtype), self._rows("target").to(comm)
-            problems = binary_problems(preds_rows, target_rows, self.task, self.average)
-            del preds_rows, target_rows
-        self._report(kept, info=checked.info)
-        area, ap = self._wanted_sums
-        sums = []
-        while problems:
-            scores, labels = problems.pop(0)
-            sums.append(sharded_sums(shard, scores, labels, area=area, ap=ap, compact=compact))
-            del scores, labels
-        return self._value_from_sums(sums).to(self.num_samples.device)
-
-    def _dedup_sharded(self, shard: Shard, rows: dict[str, Tensor]) -> tuple[dict[str, Tensor], int]:
-        """Drop duplicate ids among the rows routed here; a conflict raises on every rank."""
-        error: ValueError | None = None
-        try:
-            keep = dedup_by_id(rows["ids"], rows["ids_sub"], rows["target"])
-        except ValueError as err:
-            error, keep = err, torch.zeros(0, dtype=torch.int64, device=shard.device)
-        kept_ids = rows["ids"][keep]
-        kept = int(kept_ids.numel() and 1 + torch.count_nonzero(kept_ids[1:] != kept_ids[:-1]))
-        flags = shard.all_gather(torch.tensor([error is not None, kept], dtype=torch.int64, device=shard.device))
-        bad = [r for r, flag in enumerate(flags[:, 0].tolist()) if flag]
-        if error is not None:
-            raise error
-        if bad:
-            msg = (
-                f"{shard.what}: rank {bad[0]} found a sample id seen twice with different targets (its error names"
-                " the id). Copies of one id must be the same sample: check that `sample_ids` are global dataset"
-                " indices, not per-rank or per-batch positions."
-            )
-            raise ValueError(msg)
-        return {name: rows[name][keep] for name in ("preds", "target")}, int(flags[:, 1].sum())
+        """``compute_sharded=True`` (scalar statistics only): see ``_sharded.py``."""
+        assert self._statistic is not None
+        sums = compute_sharded(self, checked, self._statistic.needs)
+        return reduce_sums(sums, self._split, self._statistic, self.num_samples.device)
 
 
 class _RankingMetric(_VarlenMetric):

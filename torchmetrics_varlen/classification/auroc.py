@@ -1,4 +1,4 @@
-"""``VarlenAUROC``: a drop-in for torchmetrics' ``BinaryAUROC`` (and the task AUROCs) that stays exact under DDP."""
+"""AUROC classes: ``VarlenAUROC`` (drop-in for ``BinaryAUROC``, with ``task=``) and the multiclass / multilabel ones."""
 
 from __future__ import annotations
 
@@ -6,59 +6,77 @@ from typing import Any
 
 from torch import Tensor
 
-from torchmetrics_varlen._checks import Normalization, Thresholds
+from torchmetrics_varlen._checks import Average, Normalization, Thresholds
 from torchmetrics_varlen.classification._base import _RankingMetric
-from torchmetrics_varlen.functional._ranking import RankSums
-from torchmetrics_varlen.functional._tasks import Average
-from torchmetrics_varlen.functional.auroc import _compute_binned, _from_columns, _from_sums, _validate_args
+from torchmetrics_varlen.classification._constructors import _Multiclass, _Multilabel
+from torchmetrics_varlen.classification._task_wrapper import new_for_task
+from torchmetrics_varlen.functional.auroc import AUROC, _compute
 
 
-class VarlenAUROC(_RankingMetric):
+class _AUROCMetric(_RankingMetric):
+    """The state and compute every AUROC class shares."""
+
+    _statistic = AUROC
+
+    def __init__(self, *, max_fpr: float | None = None, **kwargs: Any) -> None:
+        super().__init__(max_fpr=max_fpr, config={"max_fpr": max_fpr}, **kwargs)
+        self.max_fpr = max_fpr
+
+    def compute(self) -> Tensor:
+        """Exact (or binned) AUROC over everything seen by every rank of the process group."""
+        return _compute(self._problems(with_scores=self.max_fpr is not None), self._split, self.max_fpr)
+
+
+class VarlenAUROC(_AUROCMetric):
     r"""Area under the ROC curve, exact across ranks, uneven shards, empty ranks and sampler padding.
 
-    Single process it is :class:`torchmetrics.classification.BinaryAUROC` with the same constructor and inputs
-    (``task="binary"``, the default): ``update(preds, target)`` with floating scores (probabilities or logits) and
-    labels in {0, 1} (integer, bool or floating point) of the same, any, shape. ``task="multiclass"``
-    (``preds (N, C, ...)``, ``target (N, ...)``, one-vs-rest) and ``task="multilabel"`` (``preds``,
-    ``target (N, L, ...)``) follow torchmetrics' ``MulticlassAUROC`` / ``MultilabelAUROC``. Values equal
-    torchmetrics' and scikit-learn's ``roc_auc_score`` and come back as float32, as torchmetrics returns them. As
-    torchmetrics, a batch with any score outside [0, 1] is taken for logits and normalised (sigmoid; softmax over
-    the classes for multiclass) before it is stored.
+    Single process it is :class:`torchmetrics.classification.BinaryAUROC`: the same constructor, inputs and values
+    (scikit-learn's ``roc_auc_score``), as float32. ``update(preds, target)`` takes:
+
+    - ``preds``: floating scores of any shape (flattened), probabilities or logits; as torchmetrics, a batch with
+      any score outside [0, 1] is taken for logits and goes through a sigmoid before it is stored;
+    - ``target``: labels in {0, 1} of the same shape (integer, bool, or floating ``0.0`` / ``1.0``).
 
     Exact mode (``thresholds=None``) keeps every score and computes the area from integer counts per distinct
     score (ties form one step) in float64, rounded once to float32 at the end, so the value depends only on the set
     of samples evaluated, never on how they were split over ranks or batches. ``compute()`` on several ranks runs
     one guarded exchange: a check-in on the process group's store (a missing rank becomes a
     :class:`~torchmetrics_varlen.MetricSyncError` after ``sync_timeout`` seconds), then one exchange for all states,
-    with ranks of any length, zero included.
+    with ranks of any length, zero included. Padded duplicates of ``DistributedSampler(drop_last=False)`` are removed
+    with ``dataset_size=len(dataset)`` or ``update(..., sample_ids=ids)``; ``sync_report`` tells what was evaluated.
 
-    Padded duplicates from ``DistributedSampler(drop_last=False)`` are removed with ``dataset_size=len(dataset)``
-    or by passing ``update(..., sample_ids=ids)``; ``sync_report`` tells what was evaluated.
+    ``task="multiclass"`` / ``"multilabel"`` return a :class:`VarlenMulticlassAUROC` / :class:`VarlenMultilabelAUROC`,
+    as torchmetrics' ``AUROC(task=...)`` returns its task classes.
 
     Args:
-        max_fpr: Binary only: the McClish-standardised partial AUC up to this false positive rate.
-        thresholds: ``None`` (exact), or an int / list / 1-D tensor for torchmetrics' binned approximation.
+        max_fpr: The McClish-standardised partial AUC up to this false positive rate (binary only).
+        thresholds: ``None`` (exact), an int / list / 1-D tensor for torchmetrics' binned approximation, or
+            ``torch.float16`` / ``torch.bfloat16``: exact for the scores rounded to that dtype, in constant memory.
         ignore_index: Target value whose positions are ignored.
-        validate_args: Validate arguments and every batch (``ValueError`` in ``update()``, state unchanged).
-        normalization: How a batch with a score outside [0, 1] is normalised: ``"sigmoid"`` (torchmetrics'
-            behaviour; multiclass batches get the softmax), or ``None`` to rank raw scores (no float32 saturation of
-            large logits into ties). ``"softmax"`` is torchmetrics' option of the other binary classes: binary
-            batches then must hold probabilities.
-        task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
-        num_classes: Number of classes (multiclass).
-        num_labels: Number of labels (multilabel).
-        average: ``"macro"``, ``"weighted"``, ``"none"``, or ``"micro"`` (multilabel). Ignored for binary.
-        dataset_size: Size of the data set behind a ``DistributedSampler``: the padding the sampler adds (positions
-            ``>= dataset_size`` in its rank-interleaved order) is dropped in ``update()``, so every sample counts once.
-            With ``sample_ids`` it is only used to report missing samples.
-        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
-        compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value: the other
-            ranks never hold more than their own share. Every rank still calls ``compute()``. (Exact mode.)
-        compute_sharded: Spread the exact computation over the ranks (a distributed sample sort): each rank ends
-            up with one range of the scores, about ``1 / W`` of them, and no rank ever holds every prediction. Same
-            value (AUROC bit for bit, AP to ~1e-16 relative) with less memory per rank. Exact mode, without ``max_fpr``.
-        kwargs: Any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``, ``sync_on_compute``,
-            ``process_group``, ...). ``dist_sync_fn`` is ignored: the metric syncs itself.
+        validate_args: Validate every batch (``ValueError`` in ``update()``, state unchanged).
+        normalization: ``"sigmoid"`` (torchmetrics' behaviour) or ``None`` to rank raw scores (no float32 saturation
+            of large logits into ties); ``"softmax"`` (torchmetrics' option of the other binary classes) accepts
+            only probabilities in the binary task.
+        task: ``"binary"``; ``"multiclass"`` / ``"multilabel"`` build the task class (see above).
+        num_classes: For ``task="multiclass"``.
+        num_labels: For ``task="multilabel"``.
+        average: For the other tasks; ignored for binary.
+        kwargs: The package's synchronisation keywords, taken by every metric class:
+            ``dataset_size`` (``len(dataset)`` of a ``DistributedSampler``: positions ``>= dataset_size`` in its
+            rank-interleaved order are its padding, dropped in ``update()``; with ``sample_ids`` only used to report
+            missing samples), ``sync_timeout`` (seconds every rank waits for the others at ``compute()``, default
+            60; ``None`` waits forever), ``compute_on_rank`` (gather every sample to this rank only, compute there
+            and broadcast the value; every rank still calls ``compute()``; exact mode), ``compute_sharded`` (AUROC
+            and AP, exact mode, without ``max_fpr``: a distributed sample sort, each rank keeps about ``1 / W`` of
+            the scores, same value), ``sync_key`` (the same name on every rank when ranks create their metrics in
+            different orders); and any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``,
+            ``sync_on_compute``, ``process_group``, ...; ``dist_sync_fn`` is ignored: the metric syncs itself).
+
+    Raises:
+        ValueError: On an invalid argument (in the constructor), or, in ``update()``, on mismatched shapes, scores
+            that are not finite floats or labels outside {0, 1}; at ``compute()``, if ``compute_on_rank`` is not a
+            rank of the process group.
+        MetricSyncError: At ``compute()``, if a rank of the process group does not join within ``sync_timeout``.
 
     Example:
         >>> from torch import tensor
@@ -68,6 +86,12 @@ class VarlenAUROC(_RankingMetric):
         >>> metric.compute()
         tensor(0.7500)
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """The binary metric, or with ``task="multiclass"`` / ``"multilabel"`` the task class (see above)."""
+        return new_for_task(
+            cls, args, kwargs, {"multiclass": VarlenMulticlassAUROC, "multilabel": VarlenMultilabelAUROC}
+        )
 
     def __init__(
         self,
@@ -81,41 +105,92 @@ class VarlenAUROC(_RankingMetric):
         num_classes: int | None = None,
         num_labels: int | None = None,
         average: Average = "macro",
-        dataset_size: int | None = None,
-        sync_timeout: float | None = 60.0,
-        compute_on_rank: int | None = None,
-        compute_sharded: bool = False,
         **kwargs: Any,
     ) -> None:
-        _validate_args(task, num_classes, num_labels, average, max_fpr, thresholds, ignore_index)
-        if compute_sharded and max_fpr is not None:
-            msg = "`compute_sharded=True` computes the full AUROC from per-range sums; it does not support `max_fpr`."
-            raise ValueError(msg)
         super().__init__(
             task=task,
-            num_classes=num_classes,
-            num_labels=num_labels,
             average=average,
+            max_fpr=max_fpr,
             thresholds=thresholds,
             ignore_index=ignore_index,
             validate_args=validate_args,
             normalization=normalization,
-            dataset_size=dataset_size,
-            sync_timeout=sync_timeout,
-            compute_on_rank=compute_on_rank,
-            compute_sharded=compute_sharded,
-            config={"max_fpr": max_fpr},
             **kwargs,
         )
-        self.max_fpr = max_fpr
 
-    _wanted_sums = (True, False)
 
-    def _value_from_sums(self, sums: list[RankSums]) -> Tensor:
-        return _from_sums(sums, self.task, self.average, self.num_samples.device)
+class VarlenMulticlassAUROC(_Multiclass, _AUROCMetric):
+    r"""One-vs-rest AUROC per class, averaged: :class:`torchmetrics.classification.MulticlassAUROC`, exact under DDP.
 
-    def compute(self) -> Tensor:
-        """Exact (or binned) AUROC over everything seen by every rank of the process group."""
-        if self.thresholds is not None:
-            return _compute_binned(self._evaluated_summed(), self.thresholds, self.task, self.average, self.max_fpr)
-        return _from_columns(self._columns(self.max_fpr is not None), self.task, self.average, self.max_fpr)
+    Same constructor, inputs and values as torchmetrics' class (scikit-learn's ``roc_auc_score`` per class), as
+    float32. ``update(preds, target)`` takes:
+
+    - ``preds``: ``(N, C, ...)`` floating class scores; a batch with any score outside [0, 1] gets a softmax over
+      the classes, as torchmetrics does;
+    - ``target``: ``(N, ...)`` class indices in ``[0, C)`` (integer, or floating point holding whole numbers).
+
+    A class without positive or without negative samples has no AUROC: NaN with ``average="none"``, left out of
+    the other averages with a warning. Exactness, synchronisation, dedup and ``sync_report`` as for
+    :class:`~torchmetrics_varlen.VarlenAUROC`.
+
+    Args:
+        num_classes: Number of classes (at least 2).
+        average: ``"macro"``, ``"weighted"`` (by positives), or ``"none"`` / ``None`` (one value per class).
+        thresholds: ``None`` (exact), binned thresholds, or a 16-bit dtype, as for
+            :class:`~torchmetrics_varlen.VarlenAUROC`.
+        ignore_index: Target value whose samples are ignored.
+        validate_args: Validate every batch.
+        normalization: ``"sigmoid"`` (default: torchmetrics' softmax of batches that are not probabilities) or
+            ``None`` (raw scores).
+        kwargs: The synchronisation keywords (see :class:`~torchmetrics_varlen.VarlenAUROC`) and any
+            :class:`torchmetrics.Metric` keyword.
+
+    Raises:
+        ValueError: On an invalid argument, or, in ``update()``, on shapes that do not match ``num_classes``,
+            scores that are not finite floats, or class indices out of range.
+        MetricSyncError: At ``compute()``, if a rank of the process group does not join within ``sync_timeout``.
+
+    Example:
+        >>> from torch import tensor
+        >>> metric = VarlenMulticlassAUROC(3, average="none")
+        >>> metric.update(tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6], [0.5, 0.3, 0.2]]),
+        ...               tensor([0, 1, 2, 1]))
+        >>> metric.compute()
+        tensor([1.0000, 0.8750, 1.0000])
+    """
+
+
+class VarlenMultilabelAUROC(_Multilabel, _AUROCMetric):
+    r"""AUROC per label, averaged: :class:`torchmetrics.classification.MultilabelAUROC`, exact under DDP.
+
+    Same constructor, inputs and values as torchmetrics' class, as float32. ``update(preds, target)`` takes:
+
+    - ``preds``: ``(N, L, ...)`` floating scores; a batch with any score outside [0, 1] gets a sigmoid;
+    - ``target``: the same shape, labels in {0, 1} (integer, bool or floating point).
+
+    ``average="micro"`` takes every (sample, label) entry as one binary problem. A label without positive or without
+    negative samples has no AUROC: NaN with ``average="none"``, left out of the other averages with a warning.
+    Exactness, synchronisation, dedup and ``sync_report`` as for :class:`~torchmetrics_varlen.VarlenAUROC`.
+
+    Args:
+        num_labels: Number of labels (at least 1).
+        average: ``"micro"``, ``"macro"``, ``"weighted"`` (by positives), or ``"none"`` / ``None`` (per label).
+        thresholds: ``None`` (exact), binned thresholds, or a 16-bit dtype.
+        ignore_index: Target value whose entries are ignored.
+        validate_args: Validate every batch.
+        normalization: ``"sigmoid"`` (default) or ``None`` (raw scores).
+        kwargs: The synchronisation keywords (see :class:`~torchmetrics_varlen.VarlenAUROC`) and any
+            :class:`torchmetrics.Metric` keyword.
+
+    Raises:
+        ValueError: On an invalid argument, or, in ``update()``, on shapes that do not match ``num_labels``,
+            scores that are not finite floats, or labels outside {0, 1}.
+        MetricSyncError: At ``compute()``, if a rank of the process group does not join within ``sync_timeout``.
+
+    Example:
+        >>> from torch import tensor
+        >>> metric = VarlenMultilabelAUROC(2, average="micro")
+        >>> metric.update(tensor([[0.9, 0.1], [0.2, 0.8], [0.6, 0.3]]), tensor([[1, 0], [0, 1], [0, 0]]))
+        >>> metric.compute()
+        tensor(1.)
+    """

@@ -1,4 +1,6 @@
-"""``VarlenAveragePrecision``: a drop-in for ``BinaryAveragePrecision`` (and the task APs), exact under DDP."""
+"""Average-precision classes: ``VarlenAveragePrecision`` (drop-in for ``BinaryAveragePrecision``, with ``task=``) and
+the multiclass / multilabel ones.
+"""
 
 from __future__ import annotations
 
@@ -6,44 +8,57 @@ from typing import Any
 
 from torch import Tensor
 
-from torchmetrics_varlen._checks import Normalization, Thresholds
+from torchmetrics_varlen._checks import Average, Normalization, Thresholds
 from torchmetrics_varlen.classification._base import _RankingMetric
-from torchmetrics_varlen.functional._ranking import RankSums
-from torchmetrics_varlen.functional._tasks import Average
-from torchmetrics_varlen.functional.average_precision import _compute_binned, _from_columns, _from_sums, _validate_args
+from torchmetrics_varlen.classification._constructors import _Multiclass, _Multilabel
+from torchmetrics_varlen.classification._task_wrapper import new_for_task
+from torchmetrics_varlen.functional._reduce import reduce_problems
+from torchmetrics_varlen.functional.average_precision import AVERAGE_PRECISION
 
 
-class VarlenAveragePrecision(_RankingMetric):
+class _AveragePrecisionMetric(_RankingMetric):
+    """The state and compute every average-precision class shares."""
+
+    _statistic = AVERAGE_PRECISION
+
+    def compute(self) -> Tensor:
+        """Exact (or binned) average precision over everything seen by every rank of the process group."""
+        return reduce_problems(self._problems(with_scores=False), self._split, AVERAGE_PRECISION)
+
+
+class VarlenAveragePrecision(_AveragePrecisionMetric):
     r"""Average precision, exact across ranks, uneven shards, empty ranks and sampler padding.
 
-    Single process it is :class:`torchmetrics.classification.BinaryAveragePrecision` with the same constructor and
-    inputs (logits normalised per batch, float 0/1 labels accepted, float32 values); ``task="multiclass"`` /
-    ``"multilabel"`` follow torchmetrics' task classes. Exact values equal scikit-learn's
-    ``average_precision_score``: ``sum_k (R_k - R_{k-1}) P_k`` over distinct scores, ties as one step, no
-    interpolation.
+    Single process it is :class:`torchmetrics.classification.BinaryAveragePrecision`: the same constructor, inputs
+    and values (scikit-learn's ``average_precision_score``: ``sum_k (R_k - R_{k-1}) P_k`` over distinct scores, ties
+    as one step, no interpolation), as float32. ``update(preds, target)`` takes:
 
-    Synchronisation, dedup (``dataset_size`` / ``sample_ids``) and ``sync_report`` work as for
-    :class:`~torchmetrics_varlen.VarlenAUROC`.
+    - ``preds``: floating scores of any shape (flattened); a batch with any score outside [0, 1] gets a sigmoid;
+    - ``target``: labels in {0, 1} of the same shape (integer, bool, or floating ``0.0`` / ``1.0``).
+
+    Exactness, synchronisation, dedup (``dataset_size`` / ``sample_ids``) and ``sync_report`` as for
+    :class:`~torchmetrics_varlen.VarlenAUROC`. ``task="multiclass"`` / ``"multilabel"`` return a
+    :class:`VarlenMulticlassAveragePrecision` / :class:`VarlenMultilabelAveragePrecision`.
 
     Args:
-        thresholds: ``None`` (exact), or an int / list / 1-D tensor for torchmetrics' binned approximation.
+        thresholds: ``None`` (exact), an int / list / 1-D tensor for torchmetrics' binned approximation, or a
+            16-bit dtype (exact for the rounded scores, constant memory).
         ignore_index: Target value whose positions are ignored.
-        validate_args: Validate arguments and every batch.
+        validate_args: Validate every batch.
         normalization: As torchmetrics' argument: ``"sigmoid"`` (default) normalises a batch with a score outside
-            [0, 1]; ``None`` keeps raw scores; ``"softmax"`` only accepts binary batches of probabilities
-            (multiclass batches always get the softmax, multilabel the sigmoid, unless ``None``).
-        task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
-        num_classes: Number of classes (multiclass).
-        num_labels: Number of labels (multilabel).
-        average: ``"macro"``, ``"weighted"``, ``"none"``, or ``"micro"`` (multilabel). Ignored for binary.
-        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
-        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
-        compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value: the other
-            ranks never hold more than their own share. Every rank still calls ``compute()``. (Exact mode.)
-        compute_sharded: Spread the exact computation over the ranks (a distributed sample sort): each rank ends
-            up with one range of the scores, about ``1 / W`` of them, and no rank ever holds every prediction. Same
-            value (AUROC bit for bit, AP to ~1e-16 relative) with less memory per rank. Exact mode.
-        kwargs: Any :class:`torchmetrics.Metric` keyword.
+            [0, 1]; ``None`` keeps raw scores; ``"softmax"`` only accepts batches of probabilities.
+        task: ``"binary"``; ``"multiclass"`` / ``"multilabel"`` build the task class.
+        num_classes: For ``task="multiclass"``.
+        num_labels: For ``task="multilabel"``.
+        average: For the other tasks; ignored for binary.
+        kwargs: The synchronisation keywords (``dataset_size``, ``sync_timeout``, ``compute_on_rank``,
+            ``compute_sharded``, ``sync_key``; see :class:`~torchmetrics_varlen.VarlenAUROC`) and any
+            :class:`torchmetrics.Metric` keyword.
+
+    Raises:
+        ValueError: On an invalid argument, or, in ``update()``, on mismatched shapes, scores that are not finite
+            floats or labels outside {0, 1}; at ``compute()``, if ``compute_on_rank`` is not a rank of the group.
+        MetricSyncError: At ``compute()``, if a rank of the process group does not join within ``sync_timeout``.
 
     Example:
         >>> from torch import tensor
@@ -52,6 +67,14 @@ class VarlenAveragePrecision(_RankingMetric):
         >>> metric.compute()
         tensor(0.8333)
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """The binary metric, or with ``task="multiclass"`` / ``"multilabel"`` the task class (see above)."""
+        by_task: dict[str, type[_AveragePrecisionMetric]] = {
+            "multiclass": VarlenMulticlassAveragePrecision,
+            "multilabel": VarlenMultilabelAveragePrecision,
+        }
+        return new_for_task(cls, args, kwargs, by_task)
 
     def __init__(
         self,
@@ -64,36 +87,93 @@ class VarlenAveragePrecision(_RankingMetric):
         num_classes: int | None = None,
         num_labels: int | None = None,
         average: Average = "macro",
-        dataset_size: int | None = None,
-        sync_timeout: float | None = 60.0,
-        compute_on_rank: int | None = None,
-        compute_sharded: bool = False,
         **kwargs: Any,
     ) -> None:
-        _validate_args(task, num_classes, num_labels, average, thresholds, ignore_index)
         super().__init__(
             task=task,
-            num_classes=num_classes,
-            num_labels=num_labels,
             average=average,
             thresholds=thresholds,
             ignore_index=ignore_index,
             validate_args=validate_args,
             normalization=normalization,
-            dataset_size=dataset_size,
-            sync_timeout=sync_timeout,
-            compute_on_rank=compute_on_rank,
-            compute_sharded=compute_sharded,
             **kwargs,
         )
 
-    _wanted_sums = (False, True)
 
-    def _value_from_sums(self, sums: list[RankSums]) -> Tensor:
-        return _from_sums(sums, self.task, self.average, self.num_samples.device)
+class VarlenMulticlassAveragePrecision(_Multiclass, _AveragePrecisionMetric):
+    r"""One-vs-rest average precision per class, averaged: torchmetrics' ``MulticlassAveragePrecision``, exact under
+    DDP.
 
-    def compute(self) -> Tensor:
-        """Exact (or binned) average precision over everything seen by every rank of the process group."""
-        if self.thresholds is not None:
-            return _compute_binned(self._evaluated_summed(), self.task, self.average)
-        return _from_columns(self._columns(False), self.task, self.average)
+    Same constructor, inputs and values as :class:`torchmetrics.classification.MulticlassAveragePrecision`
+    (scikit-learn's ``average_precision_score`` per class), as float32. ``update(preds, target)`` takes:
+
+    - ``preds``: ``(N, C, ...)`` floating class scores; a batch with any score outside [0, 1] gets a softmax over
+      the classes, as torchmetrics does;
+    - ``target``: ``(N, ...)`` class indices in ``[0, C)`` (integer, or floating point holding whole numbers).
+
+    A class without positive samples has no average precision: NaN with ``average="none"``, left out of
+    the other averages with a warning. Exactness, synchronisation, dedup and ``sync_report`` as for
+    :class:`~torchmetrics_varlen.VarlenAUROC`.
+
+    Args:
+        num_classes: Number of classes (at least 2).
+        average: ``"macro"``, ``"weighted"`` (by positives), or ``"none"`` / ``None`` (one value per class).
+        thresholds: ``None`` (exact), binned thresholds, or a 16-bit dtype, as for
+            :class:`~torchmetrics_varlen.VarlenAveragePrecision`.
+        ignore_index: Target value whose samples are ignored.
+        validate_args: Validate every batch.
+        normalization: ``"sigmoid"`` (default: torchmetrics' softmax of batches that are not probabilities) or
+            ``None`` (raw scores).
+        kwargs: The synchronisation keywords (see :class:`~torchmetrics_varlen.VarlenAUROC`) and any
+            :class:`torchmetrics.Metric` keyword.
+
+    Raises:
+        ValueError: On an invalid argument, or, in ``update()``, on shapes that do not match ``num_classes``,
+            scores that are not finite floats, or class indices out of range.
+        MetricSyncError: At ``compute()``, if a rank of the process group does not join within ``sync_timeout``.
+
+    Example:
+        >>> from torch import tensor
+        >>> metric = VarlenMulticlassAveragePrecision(3, average="none")
+        >>> metric.update(tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6], [0.5, 0.3, 0.2]]),
+        ...               tensor([0, 1, 2, 1]))
+        >>> metric.compute()
+        tensor([1.0000, 0.8333, 1.0000])
+    """
+
+
+class VarlenMultilabelAveragePrecision(_Multilabel, _AveragePrecisionMetric):
+    r"""Average precision per label, averaged: torchmetrics' ``MultilabelAveragePrecision``, exact under DDP.
+
+    Same constructor, inputs and values as :class:`torchmetrics.classification.MultilabelAveragePrecision`, as
+    float32. ``update(preds, target)`` takes:
+
+    - ``preds``: ``(N, L, ...)`` floating scores; a batch with any score outside [0, 1] gets a sigmoid;
+    - ``target``: the same shape, labels in {0, 1} (integer, bool or floating point).
+
+    ``average="micro"`` takes every (sample, label) entry as one binary problem. A label without positive samples has
+    no average precision: NaN with ``average="none"``, left out of the other averages with a warning.
+    Exactness, synchronisation, dedup and ``sync_report`` as for :class:`~torchmetrics_varlen.VarlenAUROC`.
+
+    Args:
+        num_labels: Number of labels (at least 1).
+        average: ``"micro"``, ``"macro"``, ``"weighted"`` (by positives), or ``"none"`` / ``None`` (per label).
+        thresholds: ``None`` (exact), binned thresholds, or a 16-bit dtype.
+        ignore_index: Target value whose entries are ignored.
+        validate_args: Validate every batch.
+        normalization: ``"sigmoid"`` (default) or ``None`` (raw scores).
+        kwargs: The synchronisation keywords (see :class:`~torchmetrics_varlen.VarlenAUROC`) and any
+            :class:`torchmetrics.Metric` keyword.
+
+    Raises:
+        ValueError: On an invalid argument, or, in ``update()``, on shapes that do not match ``num_labels``,
+            scores that are not finite floats, or labels outside {0, 1}.
+        MetricSyncError: At ``compute()``, if a rank of the process group does not join within ``sync_timeout``.
+
+    Example:
+        >>> from torch import tensor
+        >>> metric = VarlenMultilabelAveragePrecision(2, average="micro")
+        >>> metric.update(tensor([[0.9, 0.1], [0.2, 0.8], [0.6, 0.3]]), tensor([[1, 0], [0, 1], [0, 0]]))
+        >>> metric.compute()
+        tensor(1.)
+    """

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from torchmetrics_varlen._checks import Normalization
 from torchmetrics_varlen.classification._base import _RankingMetric
-from torchmetrics_varlen.functional.best_f1 import _from_columns, _validate_args
+from torchmetrics_varlen.functional.best_f1 import TASKS, _compute
 
 
 class VarlenBestF1(_RankingMetric):
@@ -19,7 +19,13 @@ class VarlenBestF1(_RankingMetric):
     ``compute()`` returns ``(f1, threshold)``, predicting positive when ``score >= threshold``; among thresholds
     with the same best F1 the highest wins (F1 as float32, the threshold in the dtype of the scores; logits are
     normalised per batch as in the other metrics, so the threshold is a probability unless ``normalization=None``).
-    ``task="multilabel"`` returns one pair per label. It keeps the same
+    ``update(preds, target)`` takes:
+
+    - ``preds``: floating scores of any shape (binary, flattened) or ``(N, L, ...)`` (``task="multilabel"``: one
+      pair per label);
+    - ``target``: labels in {0, 1} of the same shape.
+
+    It keeps the same
     state as the precision-recall curve, so it shares a compute group with :class:`VarlenPrecisionRecallCurve`,
     :class:`~torchmetrics_varlen.VarlenAUROC` and :class:`~torchmetrics_varlen.VarlenAveragePrecision` in a
     ``MetricCollection``.
@@ -33,9 +39,13 @@ class VarlenBestF1(_RankingMetric):
             candidate threshold (exact for the rounded scores, from constant-size histograms).
         task: ``"binary"`` or ``"multilabel"``.
         num_labels: Number of labels (multilabel).
-        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
-        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
-        kwargs: Any :class:`torchmetrics.Metric` keyword.
+        kwargs: The synchronisation keywords (``dataset_size``, ``sync_timeout``, ``compute_on_rank``, ``sync_key``;
+            see :class:`~torchmetrics_varlen.VarlenAUROC`) and any :class:`torchmetrics.Metric` keyword.
+
+    Raises:
+        ValueError: On an invalid argument (binned ``thresholds`` included), or, in ``update()``, on mismatched
+            shapes, scores that are not finite floats or labels outside {0, 1}.
+        MetricSyncError: At ``compute()``, if a rank of the process group does not join within ``sync_timeout``.
 
     Example:
         >>> from torch import tensor
@@ -44,6 +54,10 @@ class VarlenBestF1(_RankingMetric):
         >>> metric.compute()
         (tensor(0.8000), tensor(0.3500))
     """
+
+    _tasks = TASKS
+    _binned = False
+    _averages: dict[str, tuple[str | None, ...]] = {}
 
     def __init__(
         self,
@@ -54,17 +68,8 @@ class VarlenBestF1(_RankingMetric):
         thresholds: torch.dtype | None = None,
         task: str = "binary",
         num_labels: int | None = None,
-        dataset_size: int | None = None,
-        sync_timeout: float | None = 60.0,
         **kwargs: Any,
     ) -> None:
-        _validate_args(task, num_labels)
-        if thresholds is not None and not isinstance(thresholds, torch.dtype):
-            msg = (
-                "Expected argument `thresholds` of VarlenBestF1 to be None (exact) or torch.float16 / torch.bfloat16"
-                f" (exact on the rounded scores, constant memory), but got {thresholds!r}."
-            )
-            raise ValueError(msg)
         super().__init__(
             thresholds=thresholds,
             task=task,
@@ -72,11 +77,9 @@ class VarlenBestF1(_RankingMetric):
             ignore_index=ignore_index,
             validate_args=validate_args,
             normalization=normalization,
-            dataset_size=dataset_size,
-            sync_timeout=sync_timeout,
             **kwargs,
         )
 
     def compute(self) -> tuple[Tensor, Tensor]:
         """``(best F1, its threshold)`` over everything seen by every rank of the process group."""
-        return _from_columns(self._columns(True), self.task)
+        return _compute(self._problems(with_scores=True), self._split)

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import Normalization
+from torchmetrics_varlen._checks import Normalization, Weighting, validate_weighting
 from torchmetrics_varlen.classification._base import _VarlenMetric
-from torchmetrics_varlen.functional.group_auroc import GroupAUROC, Weighting, _compute, _validate_args
+from torchmetrics_varlen.functional.group_auroc import GroupAUROC, _compute
 
 
 class VarlenGroupAUROC(_VarlenMetric):
     r"""Group AUC: the exact AUROC within every group (user, product, query), averaged over groups.
 
-    ``update(preds, target, groups=..., sample_ids=None)`` with binary scores and labels of any shape (flattened)
-    and an integer group per sample (the shape of ``preds``, or one per row). ``compute()`` returns the mean of
+    ``update(preds, target, groups=..., sample_ids=None)`` takes:
+
+    - ``preds``: floating scores of any shape (flattened);
+    - ``target``: labels in {0, 1} of the same shape;
+    - ``groups``: an integer group per sample: the shape of ``preds``, or one per row (``(N,)``).
+
+    ``compute()`` returns the mean of
     the per-group AUROCs over groups that contain both classes, weighted by each group's number of samples
     (``weighting="samples"``, the impression-weighted GAUC) or uniformly; with ``return_per_group=True`` it returns
     a :class:`~torchmetrics_varlen.functional.GroupAUROC` with every group's value and the number of groups skipped.
@@ -30,9 +36,14 @@ class VarlenGroupAUROC(_VarlenMetric):
         normalization: ``"sigmoid"`` (default: a batch with a score outside [0, 1] is taken for logits), or
             ``None`` (raw scores).
         return_per_group: Make ``compute()`` return the per-group detail.
-        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
-        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
-        kwargs: Any :class:`torchmetrics.Metric` keyword.
+        kwargs: The synchronisation keywords (``dataset_size``, ``sync_timeout``, ``compute_on_rank`` without
+            ``return_per_group``, ``sync_key``; see :class:`~torchmetrics_varlen.VarlenAUROC`) and any
+            :class:`torchmetrics.Metric` keyword.
+
+    Raises:
+        ValueError: On an invalid argument, or, in ``update()``, on mismatched shapes, scores that are not finite
+            floats, labels outside {0, 1}, or groups that are not integers of the sample shape.
+        MetricSyncError: At ``compute()``, if a rank of the process group does not join within ``sync_timeout``.
 
     Example:
         >>> from torch import tensor
@@ -51,17 +62,13 @@ class VarlenGroupAUROC(_VarlenMetric):
         *,
         normalization: Normalization = "sigmoid",
         return_per_group: bool = False,
-        dataset_size: int | None = None,
-        sync_timeout: float | None = 60.0,
         **kwargs: Any,
     ) -> None:
-        _validate_args(weighting)
+        validate_weighting(weighting, return_per_group, kwargs.get("compute_on_rank"))
         super().__init__(
             ignore_index=ignore_index,
             validate_args=validate_args,
             normalization=normalization,
-            dataset_size=dataset_size,
-            sync_timeout=sync_timeout,
             row_extras=("groups",),
             config={"weighting": weighting},
             **kwargs,
@@ -90,6 +97,6 @@ class VarlenGroupAUROC(_VarlenMetric):
 
     def compute(self) -> Tensor | GroupAUROC:
         """Group AUC over everything seen by every rank of the process group."""
-        rows = self._evaluated()
+        rows = {name: torch.cat(pieces) for name, pieces in self._evaluated().items()}
         result = _compute(rows["preds"], rows["target"], rows["groups"], self.weighting)
         return result if self.return_per_group else result.value

@@ -14,7 +14,6 @@ from torch import Tensor
 
 from torchmetrics_varlen.functional._sort import Counts
 
-HIST_DTYPES = (torch.float16, torch.bfloat16)
 BINS = 1 << 16
 _HALF = 1 << 15
 

@@ -1,6 +1,6 @@
 """Exact ranking statistics shared by the AUROC and average-precision functions.
 
-Everything here is pure tensor math: no validation, no ``torch.distributed``.
+Everything here is pure tensor math on counted problems: no validation, no ``torch.distributed``.
 
 The exact path turns scores into integer counts per distinct threshold (one sort, one cumulative sum) and only
 then into float64. Because the counts are integers, the result depends on the multiset of ``(score, target)``
@@ -16,7 +16,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen.functional._sort import Column, Counts, chunks, column_device, local_counts, materialize, size
+from torchmetrics_varlen.functional._count import Binned, Problem, problem_device
+from torchmetrics_varlen.functional._sort import Counts, SortedProblem, chunks, local_counts, materialize, size
 
 _NO_POSITIVES_ROC = (
     "No positive samples in targets, true positive value should be meaningless."
@@ -120,7 +121,7 @@ def _ap_sum_of_counts(counts: Counts, pos_before: int, all_before: int, n_pos: i
 
 
 def rank_sums(
-    col: Column,
+    col: SortedProblem,
     *,
     area: bool = True,
     ap: bool = True,
@@ -128,9 +129,9 @@ def rank_sums(
     all_before: int = 0,
     totals: tuple[int, int] | None = None,
 ) -> RankSums:
-    """:class:`RankSums` of a column, streamed chunk by chunk (only what ``area`` / ``ap`` ask for).
+    """:class:`RankSums` of a sorted problem, streamed chunk by chunk (only what ``area`` / ``ap`` ask for).
 
-    ``*_before`` and ``totals`` (the global ``(positives, samples)``) place the column within a larger data set
+    ``*_before`` and ``totals`` (the global ``(positives, samples)``) place the problem within a larger data set
     when it holds one range of its scores (sharded compute).
     """
     n_pos_local, n_all_local = size(col)
@@ -181,17 +182,19 @@ def average_precision_from_sums(sums: RankSums, device: torch.device, warn: bool
     return torch.tensor(sums.ap_sum / sums.n_pos, dtype=torch.float64, device=device)
 
 
-def auroc_of(col: Column, max_fpr: float | None = None, warn: bool = True) -> Tensor:
-    """Exact AUROC (or McClish partial AUC) of one column; one class only gives 0 with torchmetrics' warnings."""
-    if max_fpr is not None and max_fpr != 1:
-        n_pos, n_all = size(col)
-        if n_pos and n_all - n_pos:
-            return _partial_auroc(*descending(materialize(col, with_scores=True))[:2], max_fpr)
-        return auroc_from_sums(RankSums(n_pos, n_all, 0, 0.0), column_device(col), warn)
-    return auroc_from_sums(rank_sums(col, ap=False), column_device(col), warn)
+def partial_auroc(problem: Problem, max_fpr: float) -> Tensor:
+    """McClish-standardised partial AUC up to ``max_fpr`` of one problem (exact, or torchmetrics' binned rule); one
+    class only gives 0 with torchmetrics' warnings (exact mode).
+    """
+    if isinstance(problem, Binned):
+        return binned_auroc(problem.confmat, problem.thresholds, max_fpr)
+    n_pos, n_all = size(problem)
+    if n_pos and n_all - n_pos:
+        return _partial_auroc(*descending(materialize(problem, with_scores=True))[:2], max_fpr)
+    return auroc_from_sums(RankSums(n_pos, n_all, 0, 0.0), problem_device(problem))
 
 
-def _roc_from_counts(fps: Tensor, tps: Tensor, warn: bool = True) -> tuple[Tensor, Tensor]:
+def roc_from_counts(fps: Tensor, tps: Tensor, warn: bool = True) -> tuple[Tensor, Tensor]:
     """Float64 ``(fpr, tpr)`` with the origin prepended; a class that is absent gives a zero rate and a warning."""
     zero = fps.new_zeros(1)
     fps = torch.cat([zero, fps])
@@ -214,7 +217,7 @@ def _roc_from_counts(fps: Tensor, tps: Tensor, warn: bool = True) -> tuple[Tenso
 
 def _partial_auroc(fps: Tensor, tps: Tensor, max_fpr: float) -> Tensor:
     """McClish-standardised partial AUC up to ``max_fpr`` (scikit-learn's ``max_fpr``), both classes present."""
-    fpr, tpr = _roc_from_counts(fps, tps, warn=False)
+    fpr, tpr = roc_from_counts(fps, tps, warn=False)
     stop = int(torch.searchsorted(fpr, torch.tensor(max_fpr, dtype=torch.float64, device=fpr.device), right=True))
     x0, x1, y0, y1 = fpr[stop - 1], fpr[stop], tpr[stop - 1], tpr[stop]
     interp = y0 + (y1 - y0) * (max_fpr - x0) / (x1 - x0)
@@ -225,40 +228,16 @@ def _partial_auroc(fps: Tensor, tps: Tensor, max_fpr: float) -> Tensor:
     return 0.5 * (1 + (partial - min_area) / (max_fpr - min_area))
 
 
-def _binned_confmat(preds: Tensor, target: Tensor, thresholds: Tensor) -> Tensor:
-    """Multi-threshold confusion matrix ``[T, 2, 2]`` (``[t, target, pred >= thr]``) in int64, as torchmetrics lays it.
-
-    One ``bucketize`` and two ``bincount`` calls instead of a ``[N, T]`` comparison.
-    """
-    n_thr = thresholds.numel()
-    sorted_thr, thr_order = torch.sort(thresholds.to(torch.float64))
-    # Number of thresholds <= score: the score is ">= thr" for exactly the first `bucket` sorted thresholds.
-    bucket = torch.bucketize(preds.to(torch.float64), sorted_thr, right=True)
-    positive = target.reshape(-1).to(torch.bool)
-    pos_hist = torch.bincount(bucket[positive], minlength=n_thr + 1)
-    neg_hist = torch.bincount(bucket[~positive], minlength=n_thr + 1)
-    # Predicted positive at sorted threshold i: buckets i+1 .. T.
-    tp_sorted = torch.flip(torch.cumsum(torch.flip(pos_hist, [0]), 0), [0])[1:]
-    fp_sorted = torch.flip(torch.cumsum(torch.flip(neg_hist, [0]), 0), [0])[1:]
-    n_pos, n_neg = pos_hist.sum(), neg_hist.sum()
-    confmat = torch.empty((n_thr, 2, 2), dtype=torch.int64, device=preds.device)
-    confmat[thr_order, 1, 1] = tp_sorted
-    confmat[thr_order, 0, 1] = fp_sorted
-    confmat[thr_order, 1, 0] = n_pos - tp_sorted
-    confmat[thr_order, 0, 0] = n_neg - fp_sorted
-    return confmat
-
-
-def _safe_ratio(num: Tensor, den: Tensor, fill: float) -> Tensor:
+def safe_ratio(num: Tensor, den: Tensor, fill: float) -> Tensor:
     num, den = num.double(), den.double()
     return torch.where(den == 0, torch.full_like(num, fill), num / torch.where(den == 0, torch.ones_like(den), den))
 
 
-def _binned_auroc(confmat: Tensor, thresholds: Tensor, max_fpr: float | None = None) -> Tensor:
+def binned_auroc(confmat: Tensor, thresholds: Tensor, max_fpr: float | None = None) -> Tensor:
     """AUROC from a multi-threshold confusion matrix, the way torchmetrics' binned mode computes it."""
     tps, fps, fns, tns = confmat[:, 1, 1], confmat[:, 0, 1], confmat[:, 1, 0], confmat[:, 0, 0]
-    tpr = _safe_ratio(tps, tps + fns, 0.0).flip(0)
-    fpr = _safe_ratio(fps, fps + tns, 0.0).flip(0)
+    tpr = safe_ratio(tps, tps + fns, 0.0).flip(0)
+    fpr = safe_ratio(fps, fps + tns, 0.0).flip(0)
     if max_fpr is None or max_fpr == 1 or fpr.sum() == 0 or tpr.sum() == 0:
         return torch.trapezoid(tpr, fpr)
     limit = fpr.new_tensor(max_fpr)
@@ -270,9 +249,9 @@ def _binned_auroc(confmat: Tensor, thresholds: Tensor, max_fpr: float | None = N
     return 0.5 * (1 + (partial - min_area) / (max_fpr - min_area))
 
 
-def _binned_average_precision(confmat: Tensor) -> Tensor:
+def binned_average_precision(confmat: Tensor) -> Tensor:
     """Average precision from a multi-threshold confusion matrix, the way torchmetrics' binned mode computes it."""
     tps, fps, fns = confmat[:, 1, 1], confmat[:, 0, 1], confmat[:, 1, 0]
-    precision = torch.cat([_safe_ratio(tps, tps + fps, 0.0), tps.new_ones(1).double()])
-    recall = torch.cat([_safe_ratio(tps, tps + fns, 0.0), tps.new_zeros(1).double()])
+    precision = torch.cat([safe_ratio(tps, tps + fps, 0.0), tps.new_ones(1).double()])
+    recall = torch.cat([safe_ratio(tps, tps + fns, 0.0), tps.new_zeros(1).double()])
     return -torch.sum((recall[1:] - recall[:-1]) * precision[:-1])

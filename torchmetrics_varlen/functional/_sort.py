@@ -21,6 +21,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from torchmetrics_varlen._checks import within
+
 _KEYS = {
     torch.float32: (torch.int32, torch.int64, 1 << 31),
     torch.float16: (torch.int16, torch.int32, 1 << 15),
@@ -62,7 +64,8 @@ class SortedKeys(NamedTuple):
     compact: bool
 
 
-Column = Counts | SortedKeys
+SortedProblem = Counts | SortedKeys  # one binary problem in score order: sorted keys, or counts per distinct score
+Column = SortedProblem  # the former name, still imported by ``_dist/shard.py``
 
 
 def packable(dtype: torch.dtype) -> bool:
@@ -76,12 +79,7 @@ def _pieces(x: Tensor | Sequence[Tensor]) -> list[Tensor]:
 
 def fits_compact(preds: Tensor | Sequence[Tensor]) -> bool:
     """Whether every score is in ``[0, 2)`` (``-0.0`` included): compact keys then hold score and label."""
-    for piece in _pieces(preds):
-        if piece.numel():
-            low, high = torch.aminmax(piece)
-            if not (bool(low >= 0) and bool(high < 2)):
-                return False
-    return True
+    return within(preds, 0, 2, closed=False)
 
 
 def encode(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor], compact: bool | None = None) -> Tensor:
@@ -152,14 +150,22 @@ def sorted_keys(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tens
     return SortedKeys(sort_keys_(encode(preds, target, compact)), dtype, n_pos, compact)
 
 
-def column(preds: Tensor, target: Tensor, with_scores: bool = True) -> Column:
-    """One binary problem in its cheapest exact form: sorted keys, or counts for float64 scores.
+def sort_problem(
+    preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor], with_scores: bool = True
+) -> SortedProblem:
+    """One binary problem (scores and bool / 0-1 labels, or pieces of them) in its cheapest exact sorted form.
 
-    ``with_scores`` only matters for counts (keys decode their thresholds on demand).
+    Pieces of one 16/32-bit dtype are encoded straight into one key buffer (never concatenated; pieces of mixed
+    dtypes are concatenated first, which promotes them); float64 scores become counts. ``with_scores`` only matters
+    for counts (keys decode their thresholds on demand).
     """
-    if packable(preds.dtype):
-        return sorted_keys(preds, target)
-    return ascending_counts(preds, target, with_scores)
+    scores, labels = _pieces(preds), _pieces(target)
+    if len(scores) > 1 and len({p.dtype for p in scores}) > 1:  # mixed widths: promoted, as a sync promotes them
+        scores, labels = [torch.cat(scores)], [torch.cat(labels)]
+    if packable(scores[0].dtype):
+        return sorted_keys(scores, labels)
+    one_scores = torch.cat(scores) if len(scores) > 1 else scores[0]
+    return ascending_counts(one_scores, torch.cat(labels) if len(labels) > 1 else labels[0], with_scores)
 
 
 def _run_ends(sorted_values: Tensor) -> Tensor:
@@ -203,8 +209,8 @@ def ascending_counts(preds: Tensor, target: Tensor, with_scores: bool = False) -
     return Counts(positives[ends], ends + 1, scores)
 
 
-def materialize(col: Column, with_scores: bool) -> Counts:
-    """The :class:`Counts` of a column (the keys of a :class:`SortedKeys` are left intact)."""
+def materialize(col: SortedProblem, with_scores: bool) -> Counts:
+    """The :class:`Counts` of a sorted problem (the keys of a :class:`SortedKeys` are left intact)."""
     if isinstance(col, Counts):
         return col
     if col.keys.numel() == 0:
@@ -213,13 +219,8 @@ def materialize(col: Column, with_scores: bool) -> Counts:
     return _counts_of_keys(col.keys, col.dtype, with_scores, in_place=False, compact=col.compact)
 
 
-def column_device(col: Column) -> torch.device:
-    """Device of a column's tensors."""
-    return col.pos_le.device if isinstance(col, Counts) else col.keys.device
-
-
-def size(col: Column) -> tuple[int, int]:
-    """``(positives, samples)`` of a column."""
+def size(col: SortedProblem) -> tuple[int, int]:
+    """``(positives, samples)`` of a sorted problem."""
     if isinstance(col, Counts):
         if col.pos_le.numel() == 0:
             return 0, 0
@@ -227,8 +228,8 @@ def size(col: Column) -> tuple[int, int]:
     return col.n_pos, col.keys.numel()
 
 
-def chunks(col: Column) -> Iterator[tuple[int, int, Counts | Tensor]]:
-    """``(positives before, samples before, chunk)`` of consecutive chunks of a column.
+def chunks(col: SortedProblem) -> Iterator[tuple[int, int, Counts | Tensor]]:
+    """``(positives before, samples before, chunk)`` of consecutive chunks of a sorted problem.
 
     A chunk holds about :data:`CHUNK` samples and ends at the end of a run of equal scores; the partition depends
     only on the sorted multiset, and is the same for :class:`Counts` and :class:`SortedKeys` of the same data. A

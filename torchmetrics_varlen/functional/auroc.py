@@ -2,93 +2,28 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import (
-    Normalization,
-    Thresholds,
-    histogram_dtype,
-    threshold_tensor,
-    validate_normalization,
-    validate_ranking_args,
-)
-from torchmetrics_varlen.functional._ranking import (
-    RankSums,
-    _binned_auroc,
-    as_output,
-    auroc_from_sums,
-    auroc_of,
-    rank_sums,
-)
-from torchmetrics_varlen.functional._sort import Column, column_device
-from torchmetrics_varlen.functional._tasks import (
-    Average,
-    binned_state,
-    column_support,
-    exact_columns,
-    format_inputs,
-    histogram_columns,
-    histogram_state,
-    reduce_columns,
-    reduce_sums,
-    validate_inputs,
-    validate_task_args,
+from torchmetrics_varlen._checks import Average, Normalization, RankingArgs, Thresholds
+from torchmetrics_varlen.functional._count import Problem, batch_problems
+from torchmetrics_varlen.functional._ranking import as_output, auroc_from_sums, binned_auroc, partial_auroc
+from torchmetrics_varlen.functional._reduce import RankStatistic, SumsNeeded, reduce_problems
+from torchmetrics_varlen.functional._tasks import Split
+
+AUROC = RankStatistic(
+    name="AUROC",
+    needs=SumsNeeded(area=True, ap=False),
+    from_sums=auroc_from_sums,
+    from_binned=binned_auroc,
+    defined=lambda positives, negatives: positives > 0 and negatives > 0,
 )
 
 
-def _validate_args(
-    task: str,
-    num_classes: int | None,
-    num_labels: int | None,
-    average: Average,
-    max_fpr: float | None,
-    thresholds: Thresholds,
-    ignore_index: int | None,
-) -> None:
-    validate_task_args(task, num_classes, num_labels, average)
-    validate_ranking_args(max_fpr=max_fpr, thresholds=thresholds, ignore_index=ignore_index)
-    if max_fpr is not None and task != "binary":
-        msg = f"Argument `max_fpr` (partial AUC) is only defined for task='binary', but got task={task!r}."
-        raise ValueError(msg)
-
-
-def _from_columns(cols: list[Column], task: str, average: Average, max_fpr: float | None) -> Tensor:
-    """AUROC of each binary problem, reduced by ``average``."""
+def _compute(problems: list[Problem], split: Split, max_fpr: float | None) -> Tensor:
+    """AUROC of counted problems, reduced by ``split.average`` (the partial AUC is binary only)."""
     if max_fpr is not None and max_fpr != 1:
-        return as_output(auroc_of(cols[0], max_fpr))
-    device = column_device(cols[0]) if cols else torch.device("cpu")
-    return _from_sums([rank_sums(col, ap=False) for col in cols], task, average, device)
-
-
-def _from_sums(sums: list[RankSums], task: str, average: Average, device: torch.device) -> Tensor:
-    """AUROC of each binary problem from its :class:`RankSums`, reduced by ``average``."""
-    return as_output(
-        reduce_sums(sums, task, average, device, auroc_from_sums, lambda s: 0 < s.n_pos < s.n_all, "AUROC")
-    )
-
-
-def _compute(preds: Tensor, target: Tensor, task: str, average: Average, max_fpr: float | None) -> Tensor:
-    """Exact AUROC of inputs in their stored form (see ``_tasks``)."""
-    return _from_columns(exact_columns(preds, target, task, average, max_fpr is not None), task, average, max_fpr)
-
-
-def _compute_histogram(hist: Tensor, dtype: torch.dtype, task: str, average: Average, max_fpr: float | None) -> Tensor:
-    """Exact AUROC of the 16-bit-rounded scores, from histograms."""
-    cols = histogram_columns(hist, dtype, task, average, max_fpr is not None)
-    return _from_columns(cols, task, average, max_fpr)
-
-
-def _compute_binned(confmat: Tensor, thresholds: Tensor, task: str, average: Average, max_fpr: float | None) -> Tensor:
-    """Binned AUROC from the summed confusion matrices."""
-    if task == "binary":
-        return as_output(_binned_auroc(confmat, thresholds, max_fpr))
-    if task == "multilabel" and average == "micro":
-        return as_output(_binned_auroc(confmat.sum(1), thresholds))
-    positives, negatives = column_support(confmat)
-    values = torch.stack([_binned_auroc(confmat[:, k], thresholds) for k in range(confmat.shape[1])])
-    values = torch.where((positives == 0) | (negatives == 0), torch.full_like(values, float("nan")), values)
-    return as_output(reduce_columns(values, positives, average, "AUROC"))
+        return as_output(partial_auroc(problems[0], max_fpr))
+    return reduce_problems(problems, split, AUROC)
 
 
 def auroc(
@@ -161,14 +96,8 @@ def auroc(
         ...       tensor([0, 1, 2, 1]), task="multiclass", num_classes=3)
         tensor(1.)
     """
+    args = RankingArgs(task, num_classes, num_labels, average, thresholds, ignore_index, normalization, max_fpr)
     if validate_args:
-        _validate_args(task, num_classes, num_labels, average, max_fpr, thresholds, ignore_index)
-        validate_normalization(normalization)
-        validate_inputs(preds, target, task, num_classes, num_labels, ignore_index, normalization)
-    thr, dtype = threshold_tensor(thresholds, preds.device), histogram_dtype(thresholds)
-    scores, labels, _ = format_inputs(preds, target, task, ignore_index, normalization)
-    if thr is not None:
-        return _compute_binned(binned_state(scores, labels, task, thr), thr, task, average, max_fpr)
-    if dtype is not None:
-        return _compute_histogram(histogram_state(scores, labels, task, dtype), dtype, task, average, max_fpr)
-    return _compute(scores, labels, task, average, max_fpr)
+        args.validate(preds, target)
+    problems = batch_problems(preds, target, args, with_scores=max_fpr is not None)
+    return _compute(problems, Split(task, average), max_fpr)

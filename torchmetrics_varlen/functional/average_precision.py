@@ -2,87 +2,21 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import (
-    Normalization,
-    Thresholds,
-    histogram_dtype,
-    threshold_tensor,
-    validate_normalization,
-    validate_ranking_args,
+from torchmetrics_varlen._checks import Average, Normalization, RankingArgs, Thresholds
+from torchmetrics_varlen.functional._count import batch_problems
+from torchmetrics_varlen.functional._ranking import average_precision_from_sums, binned_average_precision
+from torchmetrics_varlen.functional._reduce import RankStatistic, SumsNeeded, reduce_problems
+from torchmetrics_varlen.functional._tasks import Split
+
+AVERAGE_PRECISION = RankStatistic(
+    name="Average precision",
+    needs=SumsNeeded(area=False, ap=True),
+    from_sums=average_precision_from_sums,
+    from_binned=lambda confmat, _thresholds: binned_average_precision(confmat),
+    defined=lambda positives, _negatives: positives > 0,
 )
-from torchmetrics_varlen.functional._ranking import (
-    RankSums,
-    _binned_average_precision,
-    as_output,
-    average_precision_from_sums,
-    rank_sums,
-)
-from torchmetrics_varlen.functional._sort import Column, column_device
-from torchmetrics_varlen.functional._tasks import (
-    Average,
-    binned_state,
-    column_support,
-    exact_columns,
-    format_inputs,
-    histogram_columns,
-    histogram_state,
-    reduce_columns,
-    reduce_sums,
-    validate_inputs,
-    validate_task_args,
-)
-
-
-def _validate_args(
-    task: str,
-    num_classes: int | None,
-    num_labels: int | None,
-    average: Average,
-    thresholds: Thresholds,
-    ignore_index: int | None,
-) -> None:
-    validate_task_args(task, num_classes, num_labels, average)
-    validate_ranking_args(thresholds=thresholds, ignore_index=ignore_index)
-
-
-def _from_columns(cols: list[Column], task: str, average: Average) -> Tensor:
-    """Average precision of each binary problem, reduced by ``average``."""
-    device = column_device(cols[0]) if cols else torch.device("cpu")
-    return _from_sums([rank_sums(col, area=False) for col in cols], task, average, device)
-
-
-def _from_sums(sums: list[RankSums], task: str, average: Average, device: torch.device) -> Tensor:
-    """Average precision of each binary problem from its :class:`RankSums`, reduced by ``average``."""
-    return as_output(
-        reduce_sums(
-            sums, task, average, device, average_precision_from_sums, lambda s: s.n_pos > 0, "Average precision"
-        )
-    )
-
-
-def _compute(preds: Tensor, target: Tensor, task: str, average: Average) -> Tensor:
-    """Exact average precision of inputs in their stored form (see ``_tasks``)."""
-    return _from_columns(exact_columns(preds, target, task, average, False), task, average)
-
-
-def _compute_histogram(hist: Tensor, dtype: torch.dtype, task: str, average: Average) -> Tensor:
-    """Exact average precision of the 16-bit-rounded scores, from histograms."""
-    return _from_columns(histogram_columns(hist, dtype, task, average, False), task, average)
-
-
-def _compute_binned(confmat: Tensor, task: str, average: Average) -> Tensor:
-    """Binned average precision from the summed confusion matrices."""
-    if task == "binary":
-        return as_output(_binned_average_precision(confmat))
-    if task == "multilabel" and average == "micro":
-        return as_output(_binned_average_precision(confmat.sum(1)))
-    positives, _ = column_support(confmat)
-    values = torch.stack([_binned_average_precision(confmat[:, k]) for k in range(confmat.shape[1])])
-    values = torch.where(positives == 0, torch.full_like(values, float("nan")), values)
-    return as_output(reduce_columns(values, positives, average, "Average precision"))
 
 
 def average_precision(
@@ -134,14 +68,8 @@ def average_precision(
         >>> average_precision(tensor([0.1, 0.4, 0.35, 0.8]), tensor([0, 0, 1, 1]))
         tensor(0.8333)
     """
+    args = RankingArgs(task, num_classes, num_labels, average, thresholds, ignore_index, normalization)
     if validate_args:
-        _validate_args(task, num_classes, num_labels, average, thresholds, ignore_index)
-        validate_normalization(normalization)
-        validate_inputs(preds, target, task, num_classes, num_labels, ignore_index, normalization)
-    thr, dtype = threshold_tensor(thresholds, preds.device), histogram_dtype(thresholds)
-    scores, labels, _ = format_inputs(preds, target, task, ignore_index, normalization)
-    if thr is not None:
-        return _compute_binned(binned_state(scores, labels, task, thr), task, average)
-    if dtype is not None:
-        return _compute_histogram(histogram_state(scores, labels, task, dtype), dtype, task, average)
-    return _compute(scores, labels, task, average)
+        args.validate(preds, target)
+    problems = batch_problems(preds, target, args, with_scores=False)
+    return reduce_problems(problems, Split(task, average), AVERAGE_PRECISION)

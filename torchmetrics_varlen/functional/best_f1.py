@@ -7,16 +7,13 @@ import warnings
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import Normalization, validate_normalization
+from torchmetrics_varlen._checks import Normalization, RankingArgs
+from torchmetrics_varlen.functional._count import Binned, Problem, batch_problems
 from torchmetrics_varlen.functional._ranking import as_output, descending
-from torchmetrics_varlen.functional._sort import Column, Counts, materialize
-from torchmetrics_varlen.functional._tasks import (
-    exact_columns,
-    format_inputs,
-    histogram_columns,
-    validate_inputs,
-    validate_task_args,
-)
+from torchmetrics_varlen.functional._sort import Counts, materialize
+from torchmetrics_varlen.functional._tasks import Split
+
+TASKS = ("binary", "multilabel")
 
 
 def _binary_best_f1(counts: Counts) -> tuple[Tensor, Tensor]:
@@ -32,28 +29,12 @@ def _binary_best_f1(counts: Counts) -> tuple[Tensor, Tensor]:
     return as_output(f1[best]), thresholds[best]
 
 
-def _from_columns(cols: list[Column], task: str) -> tuple[Tensor, Tensor]:
-    if task == "binary":
-        return _binary_best_f1(materialize(cols[0], with_scores=True))
-    pairs = [_binary_best_f1(materialize(col, with_scores=True)) for col in cols]
+def _compute(problems: list[Problem], split: Split) -> tuple[Tensor, Tensor]:
+    """Best F1 of counted problems (exact or 16-bit): a pair, or a pair of ``(L,)`` vectors per label."""
+    pairs = [_binary_best_f1(materialize(p, with_scores=True)) for p in problems if not isinstance(p, Binned)]
+    if not split.per_class:
+        return pairs[0]
     return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
-
-
-def _compute(preds: Tensor, target: Tensor, task: str) -> tuple[Tensor, Tensor]:
-    """Best F1 of inputs in their stored form."""
-    return _from_columns(exact_columns(preds, target, task, None, True), task)
-
-
-def _compute_histogram(hist: Tensor, dtype: torch.dtype, task: str) -> tuple[Tensor, Tensor]:
-    """Best F1 of the 16-bit-rounded scores, from histograms."""
-    return _from_columns(histogram_columns(hist, dtype, task, None, True), task)
-
-
-def _validate_args(task: str, num_labels: int | None) -> None:
-    if task not in ("binary", "multilabel"):
-        msg = f"Expected argument `task` to be 'binary' or 'multilabel', but got {task!r}."
-        raise ValueError(msg)
-    validate_task_args(task, None, num_labels, None)
 
 
 def best_f1(
@@ -87,14 +68,15 @@ def best_f1(
         ``(f1, threshold)``: scalars, or ``(L,)`` vectors for multilabel; F1 as float32, the threshold in the dtype
         of the scores (it is one of them).
 
+    Raises:
+        ValueError: On invalid arguments, mismatched shapes, non-finite scores or labels out of range.
+
     Example:
         >>> from torch import tensor
         >>> best_f1(tensor([0.1, 0.4, 0.35, 0.8]), tensor([0, 0, 1, 1]))
         (tensor(0.8000), tensor(0.3500))
     """
+    args = RankingArgs(task, None, num_labels, None, None, ignore_index, normalization)
     if validate_args:
-        _validate_args(task, num_labels)
-        validate_normalization(normalization)
-        validate_inputs(preds, target, task, None, num_labels, ignore_index, normalization)
-    scores, labels, _ = format_inputs(preds, target, task, ignore_index, normalization)
-    return _compute(scores, labels, task)
+        args.validate(preds, target, tasks=TASKS)
+    return _compute(batch_problems(preds, target, args), Split(task))

@@ -3,50 +3,32 @@
 from __future__ import annotations
 
 import warnings
+from typing import Literal
 
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import (
-    Normalization,
-    Thresholds,
-    histogram_dtype,
-    threshold_tensor,
-    validate_normalization,
-    validate_ranking_args,
-)
-from torchmetrics_varlen.functional._ranking import (
-    _NO_POSITIVES_PR,
-    _roc_from_counts,
-    _safe_ratio,
-    as_output,
-    descending,
-)
-from torchmetrics_varlen.functional._sort import Column, Counts, materialize
-from torchmetrics_varlen.functional._tasks import (
-    binned_state,
-    exact_columns,
-    format_inputs,
-    histogram_columns,
-    histogram_state,
-    validate_inputs,
-    validate_task_args,
-)
+from torchmetrics_varlen._checks import CURVE_AVERAGES, Normalization, RankingArgs, Thresholds
+from torchmetrics_varlen.functional._count import Binned, Problem, batch_problems
+from torchmetrics_varlen.functional._ranking import _NO_POSITIVES_PR, as_output, descending, roc_from_counts, safe_ratio
+from torchmetrics_varlen.functional._sort import Counts, materialize
+from torchmetrics_varlen.functional._tasks import Split
 
 Curve = tuple[Tensor, Tensor, Tensor] | tuple[list[Tensor], list[Tensor], list[Tensor]]
+CurveAverage = Literal["micro", "macro"] | None
 
 
-def _binary_roc(counts: Counts) -> tuple[Tensor, Tensor, Tensor]:
+def _exact_roc(counts: Counts) -> tuple[Tensor, Tensor, Tensor]:
     fps, tps, thr = descending(counts)
-    fpr, tpr = _roc_from_counts(fps, tps)
+    fpr, tpr = roc_from_counts(fps, tps)
     return as_output(fpr), as_output(tpr), torch.cat([thr.new_ones(1), thr])
 
 
-def _binary_pr(counts: Counts) -> tuple[Tensor, Tensor, Tensor]:
+def _exact_pr(counts: Counts) -> tuple[Tensor, Tensor, Tensor]:
     fps, tps, thr = descending(counts)
-    precision = _safe_ratio(tps, tps + fps, float("nan"))
+    precision = safe_ratio(tps, tps + fps, float("nan"))
     if tps.numel() == 0 or int(tps[-1]) == 0:
-        warnings.warn(_NO_POSITIVES_PR, UserWarning, stacklevel=3)
+        warnings.warn(_NO_POSITIVES_PR, UserWarning, stacklevel=4)
         recall = torch.ones_like(precision)
     else:
         recall = tps.double() / float(tps[-1])
@@ -54,74 +36,66 @@ def _binary_pr(counts: Counts) -> tuple[Tensor, Tensor, Tensor]:
     return as_output(torch.cat([precision.flip(0), one])), as_output(torch.cat([recall.flip(0), zero])), thr.flip(0)
 
 
-def _t(x: Tensor) -> Tensor:
-    """Columns first: ``(T, K) -> (K, T)``; vectors unchanged."""
-    return x.transpose(0, 1) if x.ndim == 2 else x
-
-
 def _binned_roc(confmat: Tensor, thresholds: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    tps, fps, fns, tns = confmat[..., 1, 1], confmat[..., 0, 1], confmat[..., 1, 0], confmat[..., 0, 0]
-    tpr = _safe_ratio(tps, tps + fns, 0.0).flip(0)
-    fpr = _safe_ratio(fps, fps + tns, 0.0).flip(0)
-    return as_output(_t(fpr)), as_output(_t(tpr)), thresholds.flip(0)
+    tps, fps, fns, tns = confmat[:, 1, 1], confmat[:, 0, 1], confmat[:, 1, 0], confmat[:, 0, 0]
+    tpr = safe_ratio(tps, tps + fns, 0.0).flip(0)
+    fpr = safe_ratio(fps, fps + tns, 0.0).flip(0)
+    return as_output(fpr), as_output(tpr), thresholds.flip(0)
 
 
 def _binned_pr(confmat: Tensor, thresholds: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    tps, fps, fns = confmat[..., 1, 1], confmat[..., 0, 1], confmat[..., 1, 0]
-    precision = _safe_ratio(tps, tps + fps, float("nan"))
-    recall = _safe_ratio(tps, tps + fns, float("nan"))
-    precision = _t(torch.cat([precision, precision.new_ones((1, *precision.shape[1:]))]))
-    recall = _t(torch.cat([recall, recall.new_zeros((1, *recall.shape[1:]))]))
+    tps, fps, fns = confmat[:, 1, 1], confmat[:, 0, 1], confmat[:, 1, 0]
+    precision = torch.cat([safe_ratio(tps, tps + fps, float("nan")), tps.new_ones(1).double()])
+    recall = torch.cat([safe_ratio(tps, tps + fns, float("nan")), tps.new_zeros(1).double()])
     return as_output(precision), as_output(recall), thresholds
 
 
-def _from_columns(kind: str, cols: list[Column], task: str) -> Curve:
-    one = _binary_roc if kind == "roc" else _binary_pr
-    if task == "binary":
-        return one(materialize(cols[0], with_scores=True))
-    parts = [one(materialize(col, with_scores=True)) for col in cols]
-    return [p[0] for p in parts], [p[1] for p in parts], [p[2] for p in parts]
+def _curve_of(kind: str, problem: Problem) -> tuple[Tensor, Tensor, Tensor]:
+    if isinstance(problem, Binned):
+        return (_binned_roc if kind == "roc" else _binned_pr)(problem.confmat, problem.thresholds)
+    return (_exact_roc if kind == "roc" else _exact_pr)(materialize(problem, with_scores=True))
 
 
-def _compute_curve(kind: str, preds: Tensor, target: Tensor, task: str) -> Curve:
-    """Exact curve(s) of inputs in their stored form: one tuple for binary, lists per class / label otherwise."""
-    return _from_columns(kind, exact_columns(preds, target, task, None, True), task)
+def _interp(x: Tensor, xp: Tensor, fp: Tensor) -> Tensor:
+    """Torchmetrics' interpolation rule for its macro curves: the segment of ``x`` is the one after the last of the
+    ``xp`` that are ``<= x`` (counted, not searched: ``xp`` need not increase), extended linearly at both ends;
+    a vertical segment has slope 0.
+    """
+    xp, fp, x = xp.double(), fp.double(), x.double()
+    if xp.numel() < 2:
+        return fp.expand_as(x) if fp.numel() else torch.zeros_like(x)
+    dx, dy = xp.diff(), fp.diff()
+    slope = torch.where(dx == 0, torch.zeros_like(dy), dy / torch.where(dx == 0, torch.ones_like(dx), dx))
+    at = (torch.searchsorted(torch.sort(xp).values, x, right=True) - 1).clamp(0, slope.numel() - 1)
+    return fp[at] + slope[at] * (x - xp[at])
 
 
-def _compute_curve_histogram(kind: str, hist: Tensor, dtype: torch.dtype, task: str) -> Curve:
-    """Exact curve(s) of the 16-bit-rounded scores, from histograms."""
-    return _from_columns(kind, histogram_columns(hist, dtype, task, None, True), task)
+def _macro(kind: str, curves: list[tuple[Tensor, Tensor, Tensor]]) -> tuple[Tensor, Tensor, Tensor]:
+    """Torchmetrics' ``average="macro"`` curve: the class curves' x values pooled and sorted, the mean of every
+    class curve interpolated there, and the pooled thresholds sorted (decreasing for ROC, increasing for PR).
+    """
+    x = torch.sort(torch.cat([c[0] for c in curves])).values
+    y = torch.stack([_interp(x, cx, cy) for cx, cy, _ in curves]).mean(0)
+    thresholds = torch.sort(torch.cat([c[2] for c in curves]), descending=kind == "roc").values
+    return x, as_output(y), thresholds
 
 
-def _compute_curve_binned(kind: str, confmat: Tensor, thresholds: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Binned curve(s): ``(T + ...)`` vectors for binary, ``(K, ...)`` matrices per class / label otherwise."""
-    return (_binned_roc if kind == "roc" else _binned_pr)(confmat, thresholds)
+def _compute(kind: str, problems: list[Problem], split: Split) -> Curve:
+    """The curve of counted problems: one per class / label (lists; ``(K, T)`` tensors binned) or reduced."""
+    curves = [_curve_of(kind, p) for p in problems]
+    if not split.per_class:
+        return curves[0]
+    if split.average == "macro":
+        return _macro(kind, curves)
+    if isinstance(problems[0], Binned):
+        return torch.stack([c[0] for c in curves]), torch.stack([c[1] for c in curves]), curves[0][2]
+    return [c[0] for c in curves], [c[1] for c in curves], [c[2] for c in curves]
 
 
-def _curve(
-    kind: str,
-    preds: Tensor,
-    target: Tensor,
-    task: str,
-    num_classes: int | None,
-    num_labels: int | None,
-    thresholds: Thresholds,
-    ignore_index: int | None,
-    validate_args: bool,
-    normalization: Normalization,
-) -> Curve:
+def _curve(kind: str, preds: Tensor, target: Tensor, args: RankingArgs, validate_args: bool) -> Curve:
     if validate_args:
-        validate_task_args(task, num_classes, num_labels, None)
-        validate_ranking_args(thresholds=thresholds, ignore_index=ignore_index)
-        validate_normalization(normalization)
-        validate_inputs(preds, target, task, num_classes, num_labels, ignore_index, normalization)
-    thr, dtype = threshold_tensor(thresholds, preds.device), histogram_dtype(thresholds)
-    scores, labels, _ = format_inputs(preds, target, task, ignore_index, normalization)
-    if thr is not None:
-        return _compute_curve_binned(kind, binned_state(scores, labels, task, thr), thr)
-    if dtype is not None:
-        return _compute_curve_histogram(kind, histogram_state(scores, labels, task, dtype), dtype, task)
-    return _compute_curve(kind, scores, labels, task)
+        args.validate(preds, target, averages=CURVE_AVERAGES)
+    return _compute(kind, batch_problems(preds, target, args), Split(args.task, args.average))
 
 
 def roc(
@@ -131,6 +105,7 @@ def roc(
     task: str = "binary",
     num_classes: int | None = None,
     num_labels: int | None = None,
+    average: CurveAverage = None,
     thresholds: Thresholds = None,
     ignore_index: int | None = None,
     validate_args: bool = True,
@@ -152,7 +127,10 @@ def roc(
         task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
         num_classes: Number of classes (multiclass).
         num_labels: Number of labels (multilabel).
-        thresholds: ``None`` for the exact curve, otherwise the thresholds of the binned approximation.
+        thresholds: ``None`` for the exact curve, ``torch.float16`` / ``torch.bfloat16`` for the exact curve of the
+            rounded scores (histograms), otherwise the thresholds of the binned approximation.
+        average: Multiclass only, as torchmetrics: ``None`` (a curve per class), ``"micro"`` (one curve of every
+            one-vs-rest entry) or ``"macro"`` (the class curves interpolated at all their points and averaged).
         ignore_index: Target value whose positions are ignored.
         validate_args: Check arguments and inputs.
         normalization: ``"sigmoid"`` (default), ``"softmax"`` (only for scores in [0, 1] in the binary task) or
@@ -160,6 +138,9 @@ def roc(
 
     Returns:
         ``(fpr, tpr, thresholds)``.
+
+    Raises:
+        ValueError: On invalid arguments, mismatched shapes, non-finite scores or labels out of range.
 
     Example:
         >>> from torch import tensor
@@ -171,9 +152,8 @@ def roc(
         >>> thr
         tensor([1.0000, 0.8000, 0.4000, 0.3500, 0.1000])
     """
-    return _curve(
-        "roc", preds, target, task, num_classes, num_labels, thresholds, ignore_index, validate_args, normalization
-    )
+    args = RankingArgs(task, num_classes, num_labels, average, thresholds, ignore_index, normalization)
+    return _curve("roc", preds, target, args, validate_args)
 
 
 def precision_recall_curve(
@@ -183,6 +163,7 @@ def precision_recall_curve(
     task: str = "binary",
     num_classes: int | None = None,
     num_labels: int | None = None,
+    average: CurveAverage = None,
     thresholds: Thresholds = None,
     ignore_index: int | None = None,
     validate_args: bool = True,
@@ -202,7 +183,10 @@ def precision_recall_curve(
         task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
         num_classes: Number of classes (multiclass).
         num_labels: Number of labels (multilabel).
-        thresholds: ``None`` for the exact curve, otherwise the thresholds of the binned approximation.
+        thresholds: ``None`` for the exact curve, ``torch.float16`` / ``torch.bfloat16`` for the exact curve of the
+            rounded scores (histograms), otherwise the thresholds of the binned approximation.
+        average: Multiclass only, as torchmetrics: ``None`` (a curve per class), ``"micro"`` (one curve of every
+            one-vs-rest entry) or ``"macro"`` (the class curves interpolated at all their points and averaged).
         ignore_index: Target value whose positions are ignored.
         validate_args: Check arguments and inputs.
         normalization: ``"sigmoid"`` (default), ``"softmax"`` (only for scores in [0, 1] in the binary task) or
@@ -210,6 +194,9 @@ def precision_recall_curve(
 
     Returns:
         ``(precision, recall, thresholds)``.
+
+    Raises:
+        ValueError: On invalid arguments, mismatched shapes, non-finite scores or labels out of range.
 
     Example:
         >>> from torch import tensor
@@ -221,6 +208,5 @@ def precision_recall_curve(
         >>> thr
         tensor([0.1000, 0.3500, 0.4000, 0.8000])
     """
-    return _curve(
-        "pr", preds, target, task, num_classes, num_labels, thresholds, ignore_index, validate_args, normalization
-    )
+    args = RankingArgs(task, num_classes, num_labels, average, thresholds, ignore_index, normalization)
+    return _curve("pr", preds, target, args, validate_args)

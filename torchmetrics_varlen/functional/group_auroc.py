@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from torchmetrics_varlen._checks import (
     Normalization,
-    validate_binary_tensors,
-    validate_normalization,
+    Weighting,
+    validate_inputs,
+    validate_ranking_args,
     validate_sample_ids,
+    validate_weighting,
 )
 from torchmetrics_varlen.functional._ranking import as_output
-from torchmetrics_varlen.functional._tasks import format_binary
-
-Weighting = Literal["samples", "uniform"]
+from torchmetrics_varlen.functional._tasks import format_inputs
 
 
 class GroupAUROC(NamedTuple):
@@ -87,12 +87,6 @@ def _compute(preds: Tensor, target: Tensor, groups: Tensor, weighting: Weighting
     return GroupAUROC(as_output(value), labels, as_output(per_group), (~valid).sum())
 
 
-def _validate_args(weighting: str) -> None:
-    if weighting not in ("samples", "uniform"):
-        msg = f"Expected argument `weighting` to be 'samples' or 'uniform', but got {weighting!r}."
-        raise ValueError(msg)
-
-
 def group_auroc(
     preds: Tensor,
     target: Tensor,
@@ -125,6 +119,9 @@ def group_auroc(
     Returns:
         The weighted mean as a float32 scalar (NaN if no group has both classes), or a :class:`GroupAUROC`.
 
+    Raises:
+        ValueError: On invalid arguments, mismatched shapes, non-finite scores, labels out of range or bad groups.
+
     Example:
         >>> from torch import tensor
         >>> preds = tensor([0.9, 0.2, 0.6, 0.7, 0.1, 0.4])
@@ -134,15 +131,13 @@ def group_auroc(
         tensor(0.7500)
     """
     if validate_args:
-        _validate_args(weighting)
-        validate_normalization(normalization)
-        validate_binary_tensors(preds, target, ignore_index, normalization)
+        validate_weighting(weighting)
+        validate_ranking_args(ignore_index=ignore_index, normalization=normalization)
+        validate_inputs(preds, target, "binary", None, None, ignore_index, normalization)
         validate_sample_ids(groups, preds.shape, name="groups", non_negative=False)
     if groups.shape != preds.shape:
         groups = groups.repeat_interleave(preds[0].numel() if preds.ndim else 1)
+    p, t, kept = format_inputs(preds, target, "binary", ignore_index, normalization)
     g = groups.reshape(-1).to(torch.int64)
-    if ignore_index is not None:
-        g = g[target.reshape(-1) != ignore_index]
-    p, t = format_binary(preds, target, ignore_index, normalization)
-    result = _compute(p, t, g, weighting)
+    result = _compute(p, t, g if kept is None else g[kept], weighting)
     return result if return_per_group else result.value

@@ -1,0 +1,142 @@
+"""The constructors that several metric families share: torchmetrics' task signatures, declared once.
+
+A public class combines one of these (its signature) with its family's compute, e.g.
+``class VarlenMulticlassAUROC(_Multiclass, _AUROCMetric)``; every constructor passes the synchronisation keywords
+on to ``_VarlenMetric`` through ``**kwargs``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchmetrics_varlen._checks import Average, Normalization, Thresholds
+from torchmetrics_varlen.classification._base import _RankingMetric
+from torchmetrics_varlen.functional.curves import CurveAverage
+
+
+class _Multiclass(_RankingMetric):
+    """The multiclass constructor of the scalar statistics (torchmetrics' ``MulticlassAUROC`` arguments)."""
+
+    def __init__(
+        self,
+        num_classes: int,
+        average: Average = "macro",
+        thresholds: Thresholds = None,
+        ignore_index: int | None = None,
+        validate_args: bool = True,
+        *,
+        normalization: Normalization = "sigmoid",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            task="multiclass",
+            num_classes=num_classes,
+            average=average,
+            thresholds=thresholds,
+            ignore_index=ignore_index,
+            validate_args=validate_args,
+            normalization=normalization,
+            **kwargs,
+        )
+
+
+class _Multilabel(_RankingMetric):
+    """The multilabel constructor of the scalar statistics (torchmetrics' ``MultilabelAUROC`` arguments)."""
+
+    def __init__(
+        self,
+        num_labels: int,
+        average: Average = "macro",
+        thresholds: Thresholds = None,
+        ignore_index: int | None = None,
+        validate_args: bool = True,
+        *,
+        normalization: Normalization = "sigmoid",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            task="multilabel",
+            num_labels=num_labels,
+            average=average,
+            thresholds=thresholds,
+            ignore_index=ignore_index,
+            validate_args=validate_args,
+            normalization=normalization,
+            **kwargs,
+        )
+
+
+class _CurveBinary(_RankingMetric):
+    """The binary constructor (torchmetrics' ``Binary*`` arguments, then ``task=`` for the other tasks)."""
+
+    def __init__(
+        self,
+        thresholds: Thresholds = None,
+        ignore_index: int | None = None,
+        validate_args: bool = True,
+        normalization: Normalization = "sigmoid",
+        *,
+        task: str = "binary",
+        num_classes: int | None = None,
+        num_labels: int | None = None,
+        average: CurveAverage = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            task=task,
+            thresholds=thresholds,
+            ignore_index=ignore_index,
+            validate_args=validate_args,
+            normalization=normalization,
+            **kwargs,
+        )
+
+
+class _CurveMulticlass(_RankingMetric):
+    """The multiclass constructor (torchmetrics' ``Multiclass*`` curve arguments)."""
+
+    def __init__(
+        self,
+        num_classes: int,
+        thresholds: Thresholds = None,
+        average: CurveAverage = None,
+        ignore_index: int | None = None,
+        validate_args: bool = True,
+        *,
+        normalization: Normalization = "sigmoid",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            task="multiclass",
+            num_classes=num_classes,
+            average=average,
+            thresholds=thresholds,
+            ignore_index=ignore_index,
+            validate_args=validate_args,
+            normalization=normalization,
+            **kwargs,
+        )
+
+
+class _CurveMultilabel(_RankingMetric):
+    """The multilabel constructor (torchmetrics' ``Multilabel*`` curve arguments)."""
+
+    def __init__(
+        self,
+        num_labels: int,
+        thresholds: Thresholds = None,
+        ignore_index: int | None = None,
+        validate_args: bool = True,
+        *,
+        normalization: Normalization = "sigmoid",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            task="multilabel",
+            num_labels=num_labels,
+            thresholds=thresholds,
+            ignore_index=ignore_index,
+            validate_args=validate_args,
+            normalization=normalization,
+            **kwargs,
+        )
