@@ -66,7 +66,8 @@ def _interp(x: Tensor, xp: Tensor, fp: Tensor) -> Tensor:
         return fp.expand_as(x) if fp.numel() else torch.zeros_like(x)
     dx, dy = xp.diff(), fp.diff()
     slope = torch.where(dx == 0, torch.zeros_like(dy), dy / torch.where(dx == 0, torch.ones_like(dx), dx))
-    at = (torch.searchsorted(torch.sort(xp).values, x, right=True) - 1).clamp(0, slope.numel() - 1)
+    ordered = torch.sort(xp[~torch.isnan(xp)]).values  # NaN (an undefined binned precision) is never <= x
+    at = (torch.searchsorted(ordered, x, right=True) - 1).clamp(0, slope.numel() - 1)
     return fp[at] + slope[at] * (x - xp[at])
 
 
