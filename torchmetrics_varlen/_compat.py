@@ -1,7 +1,11 @@
-"""Every access to a private name of PyTorch or torchmetrics, in one place.
+"""Every private name of PyTorch and torchmetrics the package relies on, in one place.
 
-``tests/test_compat.py`` checks each of them by name, so that an upstream rename fails one clear test instead of
-a distributed sync somewhere deep in a user's job.
+The package overrides a few of torchmetrics' private methods (its guarded sync replaces the per-state gathers) and
+reads some of a metric's private attributes; it calls three private functions of ``torch.distributed``.
+``tests/test_compat.py`` checks each name below against the installed versions, so that an upstream rename fails
+one test that names it instead of a distributed sync somewhere deep in a user's job, and checks that the package
+uses no other private name of either library. The supported range (``pyproject.toml``) is tested at both ends
+(``nox -s oldest``).
 """
 
 from __future__ import annotations
@@ -12,6 +16,29 @@ import torch.distributed as dist
 
 # torch.distributed.distributed_c10d: the default group, its store, and the unique name of a group.
 TORCH_PRIVATE = ("_get_default_group", "_get_default_store", "_get_process_group_name")
+
+# torch.nn.Module: restoring a metric's host-side counters after load_state_dict().
+TORCH_MODULE_OVERRIDDEN = ("_load_from_state_dict",)
+
+# torchmetrics.Metric methods the package overrides: the guarded sync replaces the per-state gathers
+# (_sync_dist) inside torchmetrics' compute wrapper (_wrap_compute); list states are snapshot without a copy
+# (_copy_state_dict, whose result torchmetrics keeps as _cache for unsync); a wrapper merges update kwargs
+# (_filter_kwargs).
+TORCHMETRICS_OVERRIDDEN = ("_wrap_compute", "_sync_dist", "_copy_state_dict", "_filter_kwargs")
+
+# Attributes of every torchmetrics.Metric instance the package reads or sets: the update counter, the cached value,
+# the sync flags and snapshot, and the state registry (defaults, reductions, persistence, forward's batch value).
+TORCHMETRICS_ATTRIBUTES = (
+    "_update_count",
+    "_computed",
+    "_is_synced",
+    "_to_sync",
+    "_cache",
+    "_defaults",
+    "_reductions",
+    "_persistent",
+    "_forward_cache",
+)
 
 
 def default_group() -> Any:
