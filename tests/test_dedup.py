@@ -1,4 +1,4 @@
-"""Dedup, accounting and the padding wrapper in one process (the multi-rank matrix is in test_dedup_distributed)."""
+"""Dedup and accounting in one process (multi-rank: test_dedup_distributed; any torchmetrics metric: test_wrapper)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,9 @@ import pytest
 import torch
 from _data import scores_and_labels
 from _float32 import f32
-from sklearn.metrics import accuracy_score, roc_auc_score
-from torchmetrics import MetricCollection
-from torchmetrics.classification import BinaryAccuracy
+from sklearn.metrics import roc_auc_score
 
-from torchmetrics_varlen import DropSamplerPadding, SyncReport, VarlenAUROC, VarlenAveragePrecision
+from torchmetrics_varlen import SyncReport, VarlenAUROC, VarlenAveragePrecision
 
 
 def test_ids_count_once_and_report_duplicates() -> None:
@@ -138,37 +136,3 @@ def test_binned_mode_with_dataset_size() -> None:
 def test_bad_dataset_size(dataset_size: object) -> None:
     with pytest.raises(ValueError, match="Expected argument `dataset_size` to be a non-negative int"):
         VarlenAUROC(dataset_size=dataset_size)  # type: ignore[arg-type]
-
-
-def test_wrapper_single_process_forward_reset_state_dict_and_collection() -> None:
-    preds = torch.tensor([1, 0, 1, 1, 0, 1])
-    target = torch.tensor([1, 0, 0, 1, 0, 0])
-    acc = DropSamplerPadding(BinaryAccuracy(), dataset_size=4)
-    assert float(acc(preds[:3], target[:3])) == pytest.approx(accuracy_score(target[:3], preds[:3]))
-    acc.update(preds[3:5], target[3:5])  # positions 3 (real) and 4 (padding)
-    assert acc(preds[5:], target[5:]) is None  # position 5: only padding, the wrapped metric is not called
-    assert float(acc.compute()) == pytest.approx(accuracy_score(target[:4], preds[:4]))
-    acc.reset()
-    acc.update(preds, target)
-    assert float(acc.compute()) == pytest.approx(accuracy_score(target[:4], preds[:4]))
-    acc.persistent(True)
-    clone = DropSamplerPadding(BinaryAccuracy(), dataset_size=4)
-    clone.persistent(True)
-    clone.load_state_dict(acc.state_dict())
-    assert float(clone.compute()) == float(acc.compute())
-    collection = MetricCollection(
-        {"acc": DropSamplerPadding(BinaryAccuracy(), dataset_size=4), "auroc": VarlenAUROC(dataset_size=4)}
-    )
-    collection.update(preds.float(), target)
-    values = collection.compute()
-    assert float(values["acc"]) == pytest.approx(accuracy_score(target[:4], preds[:4]))
-    assert float(values["auroc"]) == pytest.approx(roc_auc_score(target[:4], preds[:4]))
-
-
-def test_wrapper_argument_errors() -> None:
-    with pytest.raises(TypeError, match="Expected `metric` to be a torchmetrics.Metric, but got int"):
-        DropSamplerPadding(3, dataset_size=2)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="`dataset_size` to be a non-negative int"):
-        DropSamplerPadding(BinaryAccuracy(), dataset_size=-2)
-    with pytest.raises(ValueError, match="at least one tensor argument"):
-        DropSamplerPadding(BinaryAccuracy(), dataset_size=2).update([1], [1])

@@ -140,7 +140,7 @@ def test_ranks_mixing_dedup_modes_raise_on_every_rank(pool: DistPool) -> None:
 def case_wrapper(rank: int, world: int, n: int, batch: int, shuffle: bool) -> dict[str, Any]:
     from torchmetrics.classification import BinaryAccuracy, BinaryF1Score, MulticlassConfusionMatrix
 
-    from torchmetrics_varlen import DropSamplerPadding
+    from torchmetrics_varlen import Varlen
 
     gen = torch.Generator().manual_seed(n)
     probs = torch.rand(n, generator=gen)
@@ -149,9 +149,9 @@ def case_wrapper(rank: int, world: int, n: int, batch: int, shuffle: bool) -> di
     cls_target = torch.randint(0, 3, (n,), generator=gen)
     data = TensorDataset(probs, target, classes, cls_target)
     sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=shuffle, seed=1, drop_last=False)
-    acc = DropSamplerPadding(BinaryAccuracy(), dataset_size=n)
-    f1 = DropSamplerPadding(BinaryF1Score(), dataset_size=n)
-    cm = DropSamplerPadding(MulticlassConfusionMatrix(num_classes=3), dataset_size=n)
+    acc = Varlen(BinaryAccuracy(), dataset_size=n)
+    f1 = Varlen(BinaryF1Score(), dataset_size=n)
+    cm = Varlen(MulticlassConfusionMatrix(num_classes=3), dataset_size=n)
     for step, (p, t, c, ct) in enumerate(DataLoader(data, batch_size=batch, sampler=sampler)):
         if step % 2:
             acc(p, t)  # forward accumulates too

@@ -17,18 +17,20 @@ from torchmetrics_varlen.classification import (
     VarlenPrecisionRecallCurve,
     VarlenROC,
 )
+from torchmetrics_varlen.collection import VarlenCollection
 from torchmetrics_varlen.distributed import MetricSyncError, gather_varlen
-from torchmetrics_varlen.wrappers import DropSamplerPadding
+from torchmetrics_varlen.wrappers import Varlen
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DropSamplerPadding",
     "MetricSyncError",
     "SyncReport",
+    "Varlen",
     "VarlenAUROC",
     "VarlenAveragePrecision",
     "VarlenBestF1",
+    "VarlenCollection",
     "VarlenGroupAUROC",
     "VarlenMulticlassAUROC",
     "VarlenMulticlassAveragePrecision",

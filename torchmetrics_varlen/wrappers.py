@@ -1,114 +1,334 @@
-"""``DropSamplerPadding``: the sampler-padding rule for any torchmetrics metric."""
+"""``Varlen``: any torchmetrics metric, synced like the package's own metrics, with sampler-padding dedup."""
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
 from torchmetrics import Metric
-from torchmetrics.wrappers.abstract import WrapperMetric
 
-from torchmetrics_varlen._dedup import sampler_kept_rows
+from torchmetrics_varlen._dedup import SyncReport, report_from_counts, sampler_kept_rows
+from torchmetrics_varlen._dist.exchange import Gathered, Mode
 from torchmetrics_varlen._dist.group import group_position
+from torchmetrics_varlen._guarded import GuardedMetric, Payload
+from torchmetrics_varlen._intake import (
+    batch_rows,
+    check_growth,
+    check_sample_ids,
+    cut_batch,
+    inner_config,
+    list_states,
+    wrappable,
+)
+from torchmetrics_varlen._states import as_rows, decode_state, dedup_states, encode_state, local_state
+
+_OWN = ("varlen_ids", "varlen_rows", "varlen_padding", "varlen_rejected")
+_IDS = "#ids"  # the wire name of the ids (never a state name of the wrapped metric)
+_COMPUTE_WARNING = r"The ``compute`` method of metric"
 
 
-class DropSamplerPadding(WrapperMetric):
-    r"""Drop the samples ``DistributedSampler(drop_last=False)`` repeats, before they reach any metric.
+class Varlen(GuardedMetric):
+    r"""Any torchmetrics metric, synced the way this package's own metrics are.
 
-    The sampler pads its index list to a multiple of the world size ``W`` by repeating its head, and deals
-    position ``j * W + r`` to rank ``r`` as its ``j``-th sample. Every metric then counts the repeated samples
-    twice: accuracy, F1 and confusion matrices (sum states) move with ``W`` just like AUROC. This wrapper numbers
-    the rows its rank passes to ``update`` / ``forward`` and drops those at positions ``>= dataset_size`` from
-    every tensor argument whose first dimension is the batch, then calls the wrapped metric, which syncs as usual.
+    Replaces the metric's per-state gathers with one guarded check-in and one exchange for all of its states, whatever
+    their reduction (``"cat"``, ``"sum"``, ``"mean"``, ``"max"``, ``"min"``, ``None``, callables), each reduced
+    afterwards as torchmetrics reduces it: every rank gets the value of every rank's samples (any number per rank,
+    none included; float widths promoted), or a :class:`MetricSyncError` naming the metric and the ranks within
+    ``sync_timeout`` seconds, and the next sync every rank enters is exact again. Dedup, as the package's metrics:
 
-    Rows are counted along dim 0 of the first tensor argument; feed the batches in the sampler's order
-    (``shuffle=True`` is fine). The rank and world size are those of the wrapped metric's ``process_group``.
+    - ``dataset_size=N`` drops the ``DistributedSampler`` padding from every batch before the metric sees it (sum
+      states included): rows are counted along dim 0 of the first tensor (or list of samples) among the arguments,
+      and every argument with that many rows is cut;
+    - ``update(..., sample_ids=ids)`` (one global integer id per sample) counts each id once, in id order, for
+      metrics whose states are lists growing by one row per sample; for any other, ``update`` says to use
+      ``dataset_size``.
+
+    The metric's API is kept (``update``, ``forward``, ``compute``, ``reset``, ``state_dict``, ``plot``), in
+    ``MetricCollection`` (compute groups included), ``ClasswiseWrapper(Varlen(metric))``, ``MetricTracker`` and
+    Lightning's ``self.log``. The wrapper takes the metric over: use the wrapper afterwards. ``sync_report`` tells
+    what the last ``compute()`` evaluated. See ``docs/pages/wrapper.md``.
 
     Args:
-        metric: Any :class:`torchmetrics.Metric` whose ``update`` takes per-sample rows.
-        dataset_size: ``len(dataset)`` of the sampler.
+        metric: The metric. Not a wrapper (put ``Varlen`` inside it) and not a metric of this package.
+        dataset_size: ``len(dataset)`` of the ``DistributedSampler``, to drop its padding; ``None``: no dedup.
+        sync_timeout: Seconds to wait for the other ranks at the check-in; ``None`` waits forever.
+        sync_key: The sync identity; needed only when ranks create their metrics in different orders.
 
     Example:
         >>> from torch import tensor
-        >>> from torchmetrics.classification import BinaryAccuracy
-        >>> acc = DropSamplerPadding(BinaryAccuracy(), dataset_size=3)
-        >>> acc.update(tensor([1, 0, 1, 1]), tensor([1, 0, 1, 0]))  # the 4th row is padding
-        >>> acc.compute()
+        >>> from torchmetrics.retrieval import RetrievalMAP
+        >>> metric = Varlen(RetrievalMAP(), dataset_size=4)  # one process: the 5th row is sampler padding
+        >>> metric.update(tensor([0.9, 0.2, 0.6, 0.8, 0.1]), tensor([1, 0, 0, 1, 1]), indexes=tensor([0, 0, 0, 1, 1]))
+        >>> metric.compute()
         tensor(1.)
+        >>> metric.sync_report.duplicates_dropped
+        1
     """
 
-    rows_seen: Tensor
+    full_state_update = False
+    varlen_ids: list[Tensor]
+    varlen_rows: Tensor
+    varlen_padding: Tensor
+    varlen_rejected: Tensor
+    sync_report: SyncReport | None
 
-    def __init__(self, metric: Metric, dataset_size: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        if not isinstance(metric, Metric):
-            msg = f"Expected `metric` to be a torchmetrics.Metric, but got {type(metric).__name__}."
-            raise TypeError(msg)
-        if isinstance(dataset_size, bool) or not isinstance(dataset_size, int) or dataset_size < 0:
-            msg = f"Expected argument `dataset_size` to be a non-negative int, but got {dataset_size!r}."
-            raise ValueError(msg)
+    def __init__(
+        self,
+        metric: Metric,
+        dataset_size: int | None = None,
+        *,
+        sync_timeout: float | None = 60.0,
+        sync_key: str | None = None,
+    ) -> None:
+        wrappable(metric, dataset_size, sync_timeout)
+        super().__init__(
+            compute_on_cpu=metric.compute_on_cpu,
+            process_group=metric.process_group,
+            sync_on_compute=metric.sync_on_compute,
+            compute_with_cache=metric.compute_with_cache,
+            distributed_available_fn=metric.distributed_available_fn,
+        )
         self.metric = metric
         self.dataset_size = dataset_size
-        self.add_state("rows_seen", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self._position = 0  # host copy of rows_seen
+        self.sync_timeout = sync_timeout
+        self.sync_report = None
+        self._config = {**inner_config(metric), "metric": self._sync_name_of(metric), "dataset_size": dataset_size}
+        metric.sync_on_compute = False  # the wrapper syncs; the metric itself never gathers again
+        metric._to_sync = False
+        self.add_state("varlen_ids", default=[], dist_reduce_fx="cat")
+        for name in _OWN[1:]:
+            self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self._proxied: set[str] = set()
+        self._position = 0  # host copy of varlen_rows + varlen_rejected: the sampler position of the next row
+        self._position_of: Tensor = self.varlen_rows
+        self._mirror()
+        self._init_sync(sync_key)
 
-    def _drop_padding(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-        """The arguments without their padding rows; ``None`` if the whole batch is padding."""
-        first = next((a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)), None)
-        if first is None:
-            msg = "DropSamplerPadding needs at least one tensor argument whose first dimension is the batch."
-            raise ValueError(msg)
-        rows = first.shape[0] if first.ndim else 1
-        rank, world = group_position(self.metric.process_group)
-        kept = sampler_kept_rows(self._position, rows, rank, world, self.dataset_size)
-        self._position += rows
-        self.rows_seen = self.rows_seen + rows  # out of place: see _VarlenMetric._update
-        if kept == rows:
-            return args, kwargs
-        if kept == 0:
-            return None
+    # ------------------------------------------------------------------ the wrapped metric's states, as its own
 
-        def cut(value: Any) -> Any:
-            if isinstance(value, Tensor) and value.ndim and value.shape[0] == rows:
-                return value[:kept]
-            return value
+    def __getattr__(self, name: str) -> Any:
+        proxied = self.__dict__.get("_proxied")
+        if proxied is not None and name in proxied:
+            return getattr(self.__dict__["_modules"]["metric"], name)
+        return super().__getattr__(name)
 
-        return tuple(cut(a) for a in args), {k: cut(v) for k, v in kwargs.items()}
+    def __setattr__(self, name: str, value: Any) -> None:
+        proxied = self.__dict__.get("_proxied")
+        if proxied is not None and name in proxied:
+            setattr(self.__dict__["_modules"]["metric"], name, value)
+        else:
+            super().__setattr__(name, value)
 
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        """Drop this batch's padding rows, then update the wrapped metric with the rest (if any)."""
-        real = self._drop_padding(args, kwargs)
-        if real is not None:
-            self.metric.update(*real[0], **real[1])
+    def _mirror(self) -> None:
+        """Expose the wrapped metric's states as this metric's (``MetricCollection`` compares and shares them)."""
+        inner = self.metric
+        for name in inner._defaults:
+            if name in self._proxied:
+                continue
+            if name in _OWN or name in self.__dict__ or name in self._modules or hasattr(type(self), name):
+                msg = f"Varlen cannot wrap {type(inner).__name__}: its state `{name}` clashes with a Varlen attribute."
+                raise ValueError(msg)
+            self._defaults[name] = inner._defaults[name]
+            self._reductions[name] = inner._reductions[name]
+            self._persistent[name] = False  # saved by the wrapped metric itself, under "metric."
+            self._proxied.add(name)
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        """Drop this batch's padding rows, then call the wrapped metric's ``forward`` (batch value, accumulates).
+    @staticmethod
+    def _sync_name_of(metric: Metric) -> str:
+        return f"Varlen({type(metric).__name__})"
 
-        A batch made only of padding leaves the wrapped metric untouched and returns ``None``.
+    def _sync_name(self) -> str:
+        return self._sync_name_of(self.metric)
+
+    @property
+    def higher_is_better(self) -> bool | None:  # type: ignore[override]
+        """The wrapped metric's."""
+        return self.metric.higher_is_better
+
+    @property
+    def is_differentiable(self) -> bool | None:  # type: ignore[override]
+        """The wrapped metric's."""
+        return self.metric.is_differentiable
+
+    # ------------------------------------------------------------------ update
+
+    def update(self, *args: Any, sample_ids: Tensor | None = None, **kwargs: Any) -> None:
+        """Drop the batch's sampler padding (``dataset_size``) or record its ids, then update the wrapped metric.
+
+        A call that raises changes no list state of the wrapped metric (its rows still take their sampler positions,
+        counted in ``sync_report.rejected``).
         """
-        real = self._drop_padding(args, kwargs)
-        return None if real is None else self.metric(*real[0], **real[1])
+        try:
+            self._intake(args, kwargs, sample_ids, self.metric.update)
+        except BaseException:
+            self._update_count -= 1  # the failed call does not count as an update
+            raise
+
+    def forward(self, *args: Any, sample_ids: Tensor | None = None, **kwargs: Any) -> Any:
+        """The wrapped metric's ``forward`` (the batch's own value, no sync; accumulates too), after the padding is
+        dropped. A batch made only of padding leaves the wrapped metric untouched and returns ``None``.
+        """
+        value = self._intake(args, kwargs, sample_ids, self.metric.forward)
+        self._update_count += 1
+        self._forward_cache = value
+        return value
+
+    def _filter_kwargs(self, **kwargs: Any) -> dict[str, Any]:
+        """The keyword arguments the wrapped metric's ``update`` takes, and ``sample_ids`` (``MetricCollection``)."""
+        own = {"sample_ids": kwargs["sample_ids"]} if "sample_ids" in kwargs else {}
+        return {**self.metric._filter_kwargs(**kwargs), **own}
+
+    def _position_now(self) -> int:
+        if self._position_of is not self.varlen_rows:  # states replaced from outside: reset, load, compute group
+            self._position = int(self.varlen_rows) + int(self.varlen_rejected)
+            self._position_of = self.varlen_rows
+        return self._position
+
+    def _intake(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], sample_ids: Tensor | None, call: Callable[..., Any]
+    ) -> Any:
+        self._computed = None
+        start, rows = self._position_now(), batch_rows(args, kwargs)
+        kept, ids = rows, None
+        if sample_ids is not None:
+            ids = check_sample_ids(sample_ids, rows, self.metric).to(self.varlen_rows.device)
+        elif self.dataset_size is not None:
+            rank, world = group_position(self.process_group)
+            kept = sampler_kept_rows(start, rows, rank, world, self.dataset_size)
+            args, kwargs = cut_batch(args, kwargs, rows, kept)
+        self._check_mode(ids is not None)
+        before = {name: len(value) for name, value in list_states(self.metric).items()}
+        count = self.metric._update_count
+        try:
+            value = None if rows and not kept else call(*args, **kwargs)
+            check_growth(self.metric, before, rows if ids is not None else None)
+        except BaseException:
+            for name, elements in list_states(self.metric).items():
+                del elements[before.get(name, 0) :]
+            self.metric._update_count, self.metric._computed = count, None
+            self.varlen_rejected = self.varlen_rejected + kept  # out of place: see _VarlenMetric._update
+            self._position = start + rows
+            raise
+        self._mirror()  # states a metric adds in its first update
+        if ids is not None:
+            self.varlen_ids.append(ids)
+        self.varlen_rows = self.varlen_rows + rows
+        self.varlen_padding = self.varlen_padding + (rows - kept)
+        self._position, self._position_of = start + rows, self.varlen_rows
+        return value
+
+    def _check_mode(self, with_ids: bool) -> None:
+        mode, new = self._dedup_mode(), "ids" if with_ids else "none"
+        if mode is not None and mode != new:
+            msg = (
+                f"{self._sync_name()}: this update {'has' if with_ids else 'has no'} `sample_ids` but earlier updates"
+                f" {'had' if mode == 'ids' else 'had none'}. Pass `sample_ids` with every update or with none (call"
+                " reset() to switch)."
+            )
+            raise ValueError(msg)
+
+    def _dedup_mode(self) -> str | None:
+        """``"ids"`` or ``"none"`` once a batch decided it, ``None`` before."""
+        if self.varlen_ids:
+            return "ids"
+        return "none" if self._position_now() else None
+
+    # ------------------------------------------------------------------ sync and compute
+
+    def _local_info(self) -> dict[str, int]:
+        counters = ("rows_seen", self.varlen_rows), ("padding_dropped", self.varlen_padding)
+        return {**{k: int(v) for k, v in counters}, "rejected": int(self.varlen_rejected)}
+
+    def _sync_payload(self) -> Payload:
+        self._mirror()
+        inner = self.metric
+        device = torch.device("cpu") if self.compute_on_cpu else self.varlen_rows.device
+        cat: dict[str, list[Tensor]] = {}
+        for name in sorted(inner._defaults):
+            cat.update(encode_state(name, getattr(inner, name), inner._reductions[name]))
+        cat[_IDS] = list(self.varlen_ids) or [torch.zeros(0, dtype=torch.int64, device=device)]
+        modes = {"dedup": Mode(self._dedup_mode(), ("none", "ids"))}
+        return Payload(cat=cat, device=device, info=self._local_info(), modes=modes)
+
+    def _sync_receive(self, result: Gathered) -> None:
+        inner, what = self.metric, f"{self._sync_name()}.compute()"
+        states = {
+            name: decode_state(name, inner._reductions[name], result.cat, result.checked, what)
+            for name in inner._defaults
+        }
+        ids = None
+        if any(r.modes["dedup"] == "ids" for r in result.checked.ranks):
+            ids = as_rows(result.cat[_IDS])
+        states, kept = dedup_states(states, ids, self._sync_name())
+        for name, value in states.items():
+            setattr(inner, name, value)
+        self._report(result.checked.info, kept, synced=True)
+
+    def _sync_alias_key(self) -> tuple[list[Any], str]:
+        # No reuse of syncs across compute-group members (_sync_share_key): a rank decides that alone, from its own
+        # data; a joint sync (VarlenCollection) takes shared rows from the other metric rank by rank instead.
+        inner = self.metric
+        names = sorted(inner._defaults)
+        objs = [getattr(inner, n) for n in names] + [getattr(self, n) for n in _OWN]
+        return objs, repr([(n, getattr(inner._reductions[n], "__name__", repr(inner._reductions[n]))) for n in names])
+
+    def _report(self, info: list[dict[str, int]], kept: int | None, *, synced: bool) -> None:
+        rank, world = group_position(self.process_group)
+        report = report_from_counts(info, kept, self.dataset_size, partial=not synced and world > 1)
+        self.sync_report = report
+        if report.missing and (rank == 0 or not synced):
+            warnings.warn(
+                f"{self._sync_name()}: dataset_size={self.dataset_size} but only {report.kept} samples were evaluated:"
+                f" {report.missing} were never seen. A DistributedSampler with drop_last=True drops the tail of the"
+                " data set; use drop_last=False (the padding it adds is removed exactly) to evaluate every sample.",
+                UserWarning,
+                stacklevel=3,
+            )
 
     def compute(self) -> Any:
-        """The wrapped metric's value (it syncs across ranks itself)."""
-        return self.metric.compute()
+        """The wrapped metric's value on every rank's samples (after the sync torchmetrics' wrapper runs)."""
+        inner = self.metric
+        local: dict[str, Any] = {}
+        if not self._is_synced:  # one process, or sync_on_compute=False: this rank's samples, de-duplicated by id
+            kept = None
+            if self.varlen_ids:
+                local = {name: getattr(inner, name) for name in inner._defaults}
+                states = {name: local_state(value, inner._reductions[name]) for name, value in local.items()}
+                states, kept = dedup_states(states, torch.cat(self.varlen_ids), self._sync_name())
+                for name, value in states.items():
+                    setattr(inner, name, value)
+            self._report([self._local_info()], kept, synced=False)
+        try:
+            inner._computed = None
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=_COMPUTE_WARNING, category=UserWarning)
+                return inner.compute()
+        finally:
+            inner._computed = None
+            for name, value in local.items():
+                setattr(inner, name, value)
 
     def reset(self) -> None:
-        """Reset the row counter and the wrapped metric."""
+        """Forget every sample (the wrapped metric's states and the wrapper's counters)."""
         super().reset()
-        self._position = 0
         self.metric.reset()
+        self._position, self._position_of = 0, self.varlen_rows
+        self.sync_report = None
 
     def persistent(self, mode: bool = False) -> None:
-        """Make this wrapper's and the wrapped metric's states part of ``state_dict()`` (or not)."""
-        super().persistent(mode)
+        """Make the wrapper's and the wrapped metric's states part of ``state_dict()`` (or not)."""
+        for name in _OWN:
+            self._persistent[name] = mode
         self.metric.persistent(mode)
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        self._position = int(self.rows_seen)
-        if self._position and not self.metric._update_count:
-            self.metric._update_count = 1  # its loaded states are updates: compute() must not warn
+        if int(self.varlen_rows) and not self._update_count:
+            self._update_count = 1  # loaded states are updates: compute() must not warn that none happened
+
+    def plot(self, val: Any = None, ax: Any = None) -> Any:
+        """The wrapped metric's plot of ``val`` (default: the synced value of :meth:`compute`)."""
+        return self.metric.plot(val if val is not None else self.compute(), ax=ax)

@@ -1,0 +1,244 @@
+"""The sync every metric of the package goes through: one guarded check-in and one exchange, inside torchmetrics'
+own ``sync`` / ``compute`` machinery (its result cache and ``unsync`` included).
+
+A metric says what it sends (``_sync_payload``) and what it does with what comes back (``_sync_receive``);
+:class:`GuardedMetric` does the rest:
+
+- ``_sync_dist`` (torchmetrics calls it from ``sync()``, in place of its per-state gathers) checks in and exchanges
+  the payload, or takes the result that a collection-level sync (``_joint.py``) already fetched for it;
+- metrics holding the very same state objects (the members of a ``MetricCollection`` compute group) reuse one sync
+  (``SHARED_SYNCS``);
+- ``_wrap_compute`` puts the local states back when the computation fails after the sync (torchmetrics' sync context
+  would leave them synced, and the next ``compute()`` would fail with "already synced"), and silences torchmetrics'
+  "compute before update" warning on a rank that legitimately saw no data.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+
+from torchmetrics_varlen._dist.exchange import Gathered, Mode, SyncRequest, sync_states
+from torchmetrics_varlen._dist.group import GroupLayout, distributed_available
+from torchmetrics_varlen._dist.guard import new_identity
+
+
+@dataclass
+class Payload:
+    """What one metric sends in a sync: cat states as stored pieces, summed states, small per-rank counters
+    (``info``), settings the ranks must agree on (``modes``), and where the result goes (``dst``: one rank, or all).
+    """
+
+    cat: dict[str, list[Tensor]]
+    device: torch.device
+    summed: dict[str, Tensor] = field(default_factory=dict)
+    info: dict[str, int] = field(default_factory=dict)
+    modes: dict[str, Mode] = field(default_factory=dict)
+    dst: int | None = None
+
+
+def _fingerprint(obj: Any) -> int:
+    """What changes when a state changes in a way a later update could hide: list lengths, integer counters."""
+    if isinstance(obj, list):
+        return len(obj)
+    if isinstance(obj, Tensor) and not (obj.is_floating_point() or obj.is_complex()):
+        return int(obj.sum())
+    return 0
+
+
+class _SharedSyncs:
+    """Syncs that the metrics of one torchmetrics compute group share (AUROC, AP, curves in one collection).
+
+    Metrics of a compute group hold the very same state objects, so the first of them to compute syncs and the
+    others reuse its result, as long as no batch was added in between. Lifetime of an entry: from its sync until
+    the next ``update()`` or ``reset()`` of any metric of the package in this process, or until a newer sync of
+    states of the same kind replaces it, whichever comes first. So after an evaluation at most one gathered copy
+    per compute group stays alive, until the next evaluation's first ``update()`` frees it.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[Any, ...], tuple[list[Any], list[int], Gathered]] = {}
+
+    def find(self, key: tuple[Any, ...], objs: list[Any]) -> Gathered | None:
+        """The sync of exactly these state objects, if they have not changed since."""
+        entry = self._entries.get(key)
+        if entry is None or any(a is not b for a, b in zip(entry[0], objs, strict=True)):
+            return None
+        return entry[2] if entry[1] == [_fingerprint(o) for o in objs] else None
+
+    def drop_superseded(self, key: tuple[Any, ...]) -> None:
+        """Forget older syncs of the same kind, so that their buffers are freed before a new one is allocated."""
+        for stale in [k for k in self._entries if k[1:] == key[1:]]:
+            del self._entries[stale]
+
+    def keep(self, key: tuple[Any, ...], objs: list[Any], result: Gathered) -> None:
+        """Remember a sync for the other metrics of the compute group."""
+        self._entries[key] = (objs, [_fingerprint(o) for o in objs], result)
+
+    def clear(self) -> None:
+        """Forget every sync (any update or reset of a metric of the package)."""
+        self._entries.clear()
+
+
+SHARED_SYNCS = _SharedSyncs()
+
+
+class GuardedMetric(Metric):
+    """A ``Metric`` whose states sync in one guarded exchange; see the module docstring."""
+
+    sync_timeout: float | None
+    _config: dict[str, Any]
+    _sync_base: str
+    _sync_identity: str
+    _pending_sync: Gathered | None = None
+
+    def _init_sync(self, sync_key: str | None) -> None:
+        """Give the metric its sync identity: ``sync_key``, or its class and creation order (see ``guard.py``)."""
+        if sync_key is not None and (not isinstance(sync_key, str) or not sync_key or "/" in sync_key):
+            msg = f"Expected argument `sync_key` to be a non-empty string without '/', or None, but got {sync_key!r}."
+            raise ValueError(msg)
+        self._sync_base = sync_key or self._sync_name()
+        self._sync_identity = new_identity(self._sync_base)
+        self._pending_sync = None
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A copy (``deepcopy``, ``clone``, unpickling in a spawned process) is a new metric: a new identity."""
+        super().__setstate__(state)
+        self._sync_identity = new_identity(self._sync_base)
+
+    # ------------------------------------------------------------------ hooks
+
+    def _sync_name(self) -> str:
+        """How errors and the default identity name this metric."""
+        return type(self).__name__
+
+    def _sync_payload(self) -> Payload:
+        """What this rank sends."""
+        raise NotImplementedError
+
+    def _sync_receive(self, result: Gathered) -> None:
+        """Install the synced states (the sync's own view, or a compute-group member's / a collection's)."""
+        raise NotImplementedError
+
+    def _sync_share_key(self) -> tuple[list[Any], str] | None:
+        """The state objects a compute-group member's sync can be reused for, and what else must match."""
+        return None
+
+    def _sync_alias_key(self) -> tuple[list[Any], str] | None:
+        """The state objects this metric's payload is made of, and what else decides it: in a joint sync, a metric
+        with the same key on a rank sends nothing there and takes the other's rows (``_joint.py``).
+        """
+        return self._sync_share_key()
+
+    def _joins_collection_sync(self) -> bool:
+        """Whether a collection-level sync may fetch this metric's states (not when it gathers to one rank)."""
+        return True
+
+    def _strategy(self, compute: Callable[..., Any]) -> Callable[..., Any]:
+        """The computation run inside torchmetrics' compute wrapper (default: ``compute`` itself)."""
+        return compute
+
+    def _after_compute(self) -> None:
+        """Runs after every ``compute()``, whatever happened."""
+
+    # ------------------------------------------------------------------ sync
+
+    def _sync_fix(self) -> str:
+        name = self._sync_name()
+        return (
+            f"Call {name}.compute() (or log the metric) on every rank of its process group, not only on rank 0;"
+            " use sync_on_compute=False for a rank-local value. If the ranks create their metrics in different"
+            " orders, give each metric the same `sync_key` on every rank."
+        )
+
+    def _request(self, process_group: Any | None) -> SyncRequest:
+        return SyncRequest(
+            layout=GroupLayout.of(process_group or self.process_group),
+            identity=self._sync_identity,
+            config=self._config,
+            timeout=self.sync_timeout,
+            what=f"{self._sync_name()}.compute()",
+            fix=self._sync_fix(),
+        )
+
+    def _copy_state_dict(self) -> dict[str, list[Tensor] | Tensor]:
+        """Shallow copies of the list states instead of torchmetrics' clone of every stored batch.
+
+        Stored batches are never modified in place (``reset()`` empties the list, not the tensors), so a new list
+        holding the same tensors is a faithful snapshot for ``unsync()`` and ``forward()``, without a second copy of
+        every prediction. Tensor states (counters, binned counts) are small: they are cloned.
+        """
+        return {
+            attr: list(value) if isinstance(value, list) else value.detach().clone()
+            for attr in self._defaults
+            for value in (getattr(self, attr),)
+        }
+
+    def _sync_dist(self, dist_sync_fn: Callable[..., Any] | None = None, process_group: Any | None = None) -> None:
+        """One guarded check-in and one exchange (replaces torchmetrics' per-state gathers; ``dist_sync_fn`` is not
+        used), or the result a collection-level sync fetched for this metric.
+        """
+        pending, self._pending_sync = self._pending_sync, None
+        result = pending if pending is not None else self._exchange(self._request(process_group))
+        if result is not None:
+            self._sync_receive(result)
+
+    def _exchange(self, request: SyncRequest) -> Gathered | None:
+        """Sync this metric's payload, or reuse the sync another compute-group member just did on these states."""
+        payload = self._sync_payload()
+        share = self._sync_share_key()
+        key: tuple[Any, ...] | None = None
+        if share is not None:
+            key = (tuple(id(o) for o in share[0]), share[1], request.layout.name)
+            found = SHARED_SYNCS.find(key, share[0])
+            if found is not None:
+                return found
+            SHARED_SYNCS.drop_superseded(key)
+        result = sync_states(
+            request,
+            payload.cat,
+            payload.summed,
+            device=payload.device,
+            info=payload.info,
+            modes=payload.modes,
+            dst=payload.dst,
+            concat=False,
+        )
+        if share is not None and key is not None:
+            SHARED_SYNCS.keep(key, share[0], result)
+        return result
+
+    # ------------------------------------------------------------------ compute
+
+    def _wrap_compute(self, compute: Callable[..., Any]) -> Callable[..., Any]:
+        """Torchmetrics' compute wrapper (sync context, result cache) around the strategy's compute.
+
+        Plus: no "compute before update" warning on a rank that legitimately saw no data, and if the computation
+        fails after the sync, the states are put back.
+        """
+        wrapped = super()._wrap_compute(self._strategy(compute))
+
+        @functools.wraps(compute)
+        def wrapped_compute(*args: Any, **kwargs: Any) -> Any:
+            try:
+                if self._update_count or not (self._to_sync and distributed_available()):
+                    return wrapped(*args, **kwargs)
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message=r"The ``compute`` method of metric", category=UserWarning)
+                    return wrapped(*args, **kwargs)
+            except BaseException:
+                if self._is_synced:
+                    self.unsync()
+                raise
+            finally:
+                self._pending_sync = None
+                self._after_compute()
+
+        return wrapped_compute

@@ -1,0 +1,153 @@
+"""What the wrapper checks before it takes a metric or a batch over: pure helpers, no ``torch.distributed``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+from torchmetrics.metric import CompositionalMetric
+from torchmetrics.utilities.data import dim_zero_cat
+from torchmetrics.wrappers.abstract import WrapperMetric
+
+from torchmetrics_varlen._guarded import GuardedMetric
+from torchmetrics_varlen._states import list_rows
+
+# torchmetrics' own switches: they change how a metric syncs or where it keeps its states, not what it computes.
+_BASE_FLAGS = ("compute_on_cpu", "dist_sync_on_step", "sync_on_compute", "compute_with_cache", "training")
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def wrappable(metric: Any, dataset_size: Any, sync_timeout: Any) -> None:
+    """Raise if ``Varlen(metric, dataset_size, sync_timeout=...)`` cannot work, saying what to do instead."""
+    if not isinstance(metric, Metric):
+        hint = " (wrap a whole collection with VarlenCollection)" if type(metric).__name__ == "MetricCollection" else ""
+        msg = f"Expected `metric` to be a torchmetrics.Metric, but got {type(metric).__name__}{hint}."
+        raise TypeError(msg)
+    if isinstance(metric, GuardedMetric):
+        msg = f"Expected `metric` to be a torchmetrics metric, but got {type(metric).__name__}, which syncs itself."
+        raise TypeError(msg)
+    if isinstance(metric, (WrapperMetric, CompositionalMetric)):
+        msg = (
+            f"Expected `metric` to be a metric with states, but got the wrapper {type(metric).__name__}: wrap the"
+            " metric inside it instead, e.g. ClasswiseWrapper(Varlen(metric)), Varlen(a) + Varlen(b)."
+        )
+        raise TypeError(msg)
+    if metric.dist_sync_on_step:
+        msg = "Expected the metric's `dist_sync_on_step` to be False (Varlen syncs at compute()), but got True."
+        raise ValueError(msg)
+    check_sync_args(dataset_size, sync_timeout)
+
+
+def check_sync_args(dataset_size: Any, sync_timeout: Any) -> None:
+    """Raise unless ``dataset_size`` is a non-negative int or None and ``sync_timeout`` positive or None."""
+    if dataset_size is not None and (
+        isinstance(dataset_size, bool) or not isinstance(dataset_size, int) or dataset_size < 0
+    ):
+        msg = f"Expected argument `dataset_size` to be a non-negative int or None, but got {dataset_size!r}."
+        raise ValueError(msg)
+    if sync_timeout is not None and (isinstance(sync_timeout, bool) or not sync_timeout > 0):
+        msg = f"Expected argument `sync_timeout` to be a positive number of seconds or None, but got {sync_timeout!r}."
+        raise ValueError(msg)
+
+
+def inner_config(metric: Metric) -> dict[str, Any]:
+    """The metric's public settings of plain types (its constructor arguments, as torchmetrics stores them): what
+    the ranks must agree on. States and torchmetrics' own switches are left out.
+    """
+    out: dict[str, Any] = {}
+    for key, value in sorted(vars(metric).items()):
+        if key.startswith("_") or key in metric._defaults or key in _BASE_FLAGS:
+            continue
+        if isinstance(value, _PLAIN):
+            out[key] = value
+        elif isinstance(value, (list, tuple)) and all(isinstance(v, _PLAIN) for v in value):
+            out[key] = list(value)
+    return out
+
+
+def batch_rows(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """Samples in a batch: dim 0 of the first tensor argument, or the length of the first list / tuple of samples."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, Tensor):
+            return int(value.shape[0]) if value.ndim else 1
+        if isinstance(value, (list, tuple)):
+            return len(value)
+        if isinstance(value, str):
+            return 1
+    msg = "Expected the update arguments to hold a batch (a tensor, or a list of samples), but got none."
+    raise ValueError(msg)
+
+
+def cut_batch(
+    args: tuple[Any, ...], kwargs: dict[str, Any], rows: int, kept: int
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The first ``kept`` rows of every argument that holds ``rows`` of them (tensors along dim 0, lists, tuples)."""
+    if kept == rows:
+        return args, kwargs
+
+    def cut(value: Any) -> Any:
+        if isinstance(value, Tensor) and value.ndim and value.shape[0] == rows:
+            return value[:kept]
+        if isinstance(value, (list, tuple)) and len(value) == rows:
+            return value[:kept]
+        return value
+
+    return tuple(cut(a) for a in args), {k: cut(v) for k, v in kwargs.items()}
+
+
+def check_sample_ids(sample_ids: Any, rows: int, metric: Metric) -> Tensor:
+    """``sample_ids`` as int64 after checking them, and that the metric's states can be de-duplicated by id."""
+    if not isinstance(sample_ids, Tensor):
+        msg = f"Expected `sample_ids` to be an integer tensor, but got {type(sample_ids).__name__}."
+        raise TypeError(msg)
+    if sample_ids.is_floating_point() or sample_ids.is_complex() or sample_ids.dtype == torch.bool:
+        msg = f"Expected `sample_ids` to be an integer tensor, one id per sample, but got dtype {sample_ids.dtype}."
+        raise ValueError(msg)
+    if tuple(sample_ids.shape) != (rows,):
+        msg = f"Expected `sample_ids` to have shape ({rows},), one id per sample, but got {tuple(sample_ids.shape)}."
+        raise ValueError(msg)
+    tensors = sorted(n for n in metric._defaults if isinstance(getattr(metric, n), Tensor))
+    if tensors:
+        msg = (
+            f"Expected `sample_ids` only with a metric whose states are lists growing by one row per sample, but got"
+            f" {type(metric).__name__}, whose states {tensors} are tensors that ids cannot de-duplicate. Use"
+            " `dataset_size=` to drop DistributedSampler padding instead."
+        )
+        raise ValueError(msg)
+    custom = sorted(n for n, fx in metric._reductions.items() if fx is not None and fx is not dim_zero_cat)
+    if custom:
+        msg = (
+            f"Expected `sample_ids` only with list states reduced by concatenation or kept as lists, but"
+            f" {type(metric).__name__} reduces {custom} otherwise. Use `dataset_size=` instead."
+        )
+        raise ValueError(msg)
+    return sample_ids.long()
+
+
+def list_states(metric: Metric) -> dict[str, list[Any]]:
+    """The metric's list states, by name."""
+    return {n: v for n in metric._defaults for v in (getattr(metric, n),) if isinstance(v, list)}
+
+
+def check_growth(metric: Metric, before: dict[str, int], rows: int | None) -> None:
+    """After an update: every new list element is a tensor, and with ``rows`` (ids) every list state grew by one row
+    per sample. ``before`` holds the lengths of the list states before the update.
+    """
+    for name, value in list_states(metric).items():
+        new = value[before.get(name, 0) :]
+        bad = next((e for e in new if not isinstance(e, Tensor)), None)
+        if bad is not None:
+            msg = (
+                f"Expected the list state `{name}` of {type(metric).__name__} to hold tensors, but got a"
+                f" {type(bad).__name__}: Varlen moves tensors only; sync this metric with torchmetrics instead."
+            )
+            raise TypeError(msg)
+        if rows is not None and list_rows(new) != rows:
+            msg = (
+                f"Expected every list state of {type(metric).__name__} to grow by one row per sample with"
+                f" `sample_ids` ({rows} rows), but `{name}` grew by {list_rows(new)}. Use `dataset_size=` to drop"
+                " DistributedSampler padding instead."
+            )
+            raise ValueError(msg)

@@ -1,0 +1,179 @@
+"""``VarlenCollection``: a ``MetricCollection`` whose metrics all sync in one check-in and one exchange."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from torchmetrics import Metric, MetricCollection
+from torchmetrics.wrappers.abstract import WrapperMetric
+
+from torchmetrics_varlen._dedup import sampler_kept_rows
+from torchmetrics_varlen._dist.exchange import SyncRequest
+from torchmetrics_varlen._dist.group import GroupLayout, distributed_available, group_position
+from torchmetrics_varlen._dist.guard import new_identity
+from torchmetrics_varlen._guarded import GuardedMetric, Payload
+from torchmetrics_varlen._intake import batch_rows, check_sync_args, cut_batch
+from torchmetrics_varlen._joint import sync_together
+from torchmetrics_varlen.wrappers import Varlen
+
+
+def _adopt(name: str, metric: Metric) -> Metric:
+    """The metric as the collection keeps it: the package's own as they are, any other wrapped in :class:`Varlen`."""
+    if isinstance(metric, GuardedMetric):
+        return metric
+    if isinstance(metric, WrapperMetric):
+        if any(isinstance(m, GuardedMetric) for m in metric.modules()):
+            return metric  # e.g. ClasswiseWrapper(Varlen(metric)): guarded, synced on its own
+        msg = (
+            f"Expected the metrics of a VarlenCollection to be metrics or wrappers around Varlen, but got `{name}`:"
+            f" {type(metric).__name__} around an unwrapped metric. Put Varlen inside it:"
+            f" {type(metric).__name__}(Varlen(metric))."
+        )
+        raise TypeError(msg)
+    return Varlen(metric)
+
+
+class VarlenCollection(MetricCollection):
+    r"""A ``MetricCollection`` whose metrics sync together: one guarded check-in and one data exchange per
+    ``compute()``, for the package's own metrics and any torchmetrics metric alike.
+
+    Takes what ``MetricCollection`` takes (a dict, a list, or a whole ``MetricCollection``); every metric that is not
+    one of this package's is wrapped in :class:`Varlen`. ``compute()`` then fetches the states of every metric in
+    one exchange (a compute group's shared states travel once) and each metric computes from them; torchmetrics
+    would gather every state of every metric separately. The guard is the package's: every rank gets the values, or
+    every rank gets a :class:`MetricSyncError` naming the ranks (and, when configurations differ, the metric and
+    setting). Metrics that gather to one rank (``compute_on_rank``) or compute sharded, wrappers such as
+    ``ClasswiseWrapper(Varlen(metric))``, and metrics on another process group sync on their own, after it.
+
+    Args:
+        metrics: As for ``MetricCollection``.
+        additional_metrics: As for ``MetricCollection``.
+        prefix: As for ``MetricCollection``.
+        postfix: As for ``MetricCollection``.
+        compute_groups: As for ``MetricCollection``.
+        dataset_size: ``len(dataset)`` of the ``DistributedSampler``: its padding is dropped from every batch before
+            any metric sees it (unless the batch carries ``sample_ids``).
+        sync_timeout: Seconds to wait for the other ranks at the joint check-in; ``None`` waits forever.
+        sync_key: The joint sync's identity; needed only when ranks create their collections in different orders.
+
+    Example:
+        >>> from torch import tensor
+        >>> from torchmetrics.classification import BinaryAccuracy
+        >>> from torchmetrics_varlen import VarlenAUROC
+        >>> metrics = VarlenCollection({"auroc": VarlenAUROC(), "acc": BinaryAccuracy()}, dataset_size=4)
+        >>> metrics.update(tensor([0.9, 0.2, 0.6, 0.3, 0.9]), tensor([1, 0, 1, 0, 0]))  # the 5th row: padding
+        >>> {name: float(value) for name, value in metrics.compute().items()}
+        {'acc': 1.0, 'auroc': 1.0}
+    """
+
+    def __init__(
+        self,
+        metrics: Metric | MetricCollection | Sequence[Metric | MetricCollection] | dict[str, Metric | MetricCollection],
+        *additional_metrics: Metric,
+        prefix: str | None = None,
+        postfix: str | None = None,
+        compute_groups: bool | list[list[str]] = True,
+        dataset_size: int | None = None,
+        sync_timeout: float | None = 60.0,
+        sync_key: str | None = None,
+    ) -> None:
+        check_sync_args(dataset_size, sync_timeout)
+        super().__init__(metrics, *additional_metrics, prefix=prefix, postfix=postfix, compute_groups=compute_groups)
+        self.dataset_size = dataset_size
+        self.sync_timeout = sync_timeout
+        if sync_key is not None and (not isinstance(sync_key, str) or not sync_key or "/" in sync_key):
+            msg = f"Expected argument `sync_key` to be a non-empty string without '/', or None, but got {sync_key!r}."
+            raise ValueError(msg)
+        self._sync_base = sync_key or "VarlenCollection"
+        self._sync_identity = new_identity(self._sync_base)
+        self._position = 0  # rows this rank passed to update / forward: the sampler position of the next row
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A copy (``clone``, ``deepcopy``, unpickling) is a new collection: a new sync identity."""
+        super().__setstate__(state)  # type: ignore[no-untyped-call]
+        self._sync_identity = new_identity(self._sync_base)
+
+    def add_metrics(self, metrics: Any, *additional_metrics: Metric) -> None:
+        """Add metrics as ``MetricCollection`` does, wrapping every metric that is not the package's in ``Varlen``."""
+        super().add_metrics(metrics, *additional_metrics)
+        for name in list(self._modules):
+            metric = self._modules[name]
+            if isinstance(metric, Metric):
+                self._modules[name] = _adopt(name, metric)
+
+    # ------------------------------------------------------------------ batches
+
+    def _drop_padding(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        rows = batch_rows(args, kwargs)
+        start, self._position = self._position, self._position + rows
+        if self.dataset_size is None or kwargs.get("sample_ids") is not None:
+            return args, kwargs
+        rank, world = group_position(None)
+        return cut_batch(args, kwargs, rows, sampler_kept_rows(start, rows, rank, world, self.dataset_size))
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        """Drop the batch's sampler padding (``dataset_size``), then update every metric (or compute group)."""
+        args, kwargs = self._drop_padding(args, kwargs)
+        super().update(*args, **kwargs)
+
+    def forward(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Drop the batch's sampler padding, then every metric's ``forward`` (batch values, no sync)."""
+        args, kwargs = self._drop_padding(args, kwargs)
+        return super().forward(*args, **kwargs)
+
+    def reset(self) -> None:
+        """Reset every metric and the sampler position."""
+        super().reset()
+        self._position = 0
+
+    # ------------------------------------------------------------------ the joint sync
+
+    def compute(self) -> dict[str, Any]:
+        """Every metric's value, after one joint sync of all of their states."""
+        members = self._sync_members()
+        try:
+            return super().compute()
+        finally:
+            for metric in members:
+                metric._pending_sync = None
+
+    def _sync_members(self) -> list[GuardedMetric]:
+        """Fetch the states of every metric that joins the joint sync; each will take its part in ``compute()``."""
+        members = [
+            (name, m)
+            for name, m in self.items(keep_base=True, copy_state=False)
+            if isinstance(m, GuardedMetric) and m._to_sync and m._joins_collection_sync()
+        ]
+        if not members or not distributed_available() or all(m._computed is not None for _, m in members):
+            return []  # nothing to sync, or every value cached (torchmetrics' rule: no sync)
+        layout = GroupLayout.of(members[0][1].process_group)
+        members = [(n, m) for n, m in members if GroupLayout.of(m.process_group).name == layout.name]
+        firsts: dict[tuple[Any, ...], str] = {}
+        parts: dict[str, Payload] = {}
+        aliases: dict[str, str] = {}
+        config: dict[str, Any] = {}
+        for name, metric in members:
+            parts[name] = metric._sync_payload()
+            config.update({f"{name}.{k}": v for k, v in metric._config.items()})
+            key = metric._sync_alias_key()
+            if key is not None:  # a compute-group member on this rank: the first member's rows are its rows
+                first = firsts.setdefault((tuple(id(o) for o in key[0]), key[1]), name)
+                if first != name:
+                    aliases[name] = first
+        request = SyncRequest(
+            layout=layout,
+            identity=self._sync_identity,
+            config=config,
+            timeout=self.sync_timeout,
+            what=f"VarlenCollection({', '.join(n for n, _ in members)}).compute()",
+            fix=(
+                "Call compute() of the collection (or log it) on every rank of its process group, not only on rank 0."
+                " If the ranks create their collections in different orders, give each the same `sync_key`."
+            ),
+        )
+        results = sync_together(request, parts, aliases)
+        for name, metric in members:
+            metric._computed = None
+            metric._pending_sync = results[name]
+        return [metric for _, metric in members]
