@@ -2,7 +2,8 @@
 
 Lightning gives every validation rank a ``DistributedSampler(drop_last=False)``, which pads the validation set to a
 multiple of the world size by repeating samples. ``VarlenAUROC(dataset_size=len(val_set))`` drops that padding, so
-``self.log("val/auroc", self.val_auroc)`` reports the AUROC of exactly the validation set, on every rank.
+``self.log("val/auroc", self.val_auroc)`` reports the AUROC of exactly the validation set, on every rank; so does
+any torchmetrics metric wrapped in ``Varlen`` (here ``BinaryAccuracy``).
 
 Run: ``python examples/lightning_ddp.py --devices 2 --num-samples 101``
 """
@@ -19,8 +20,9 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader, TensorDataset
+from torchmetrics.classification import BinaryAccuracy
 
-from torchmetrics_varlen import VarlenAUROC, VarlenAveragePrecision
+from torchmetrics_varlen import Varlen, VarlenAUROC, VarlenAveragePrecision
 
 
 def make_validation_set(n: int, seed: int = 0) -> TensorDataset:
@@ -43,6 +45,7 @@ class Classifier(L.LightningModule):
             self.scorer.bias.zero_()
         self.val_auroc = VarlenAUROC(dataset_size=val_size)
         self.val_ap = VarlenAveragePrecision(dataset_size=val_size)
+        self.val_acc = Varlen(BinaryAccuracy(), dataset_size=val_size)  # any torchmetrics metric, padding dropped
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         """Score the batch, update the metrics, log the metric objects (computed and synced at epoch end)."""
@@ -53,8 +56,10 @@ class Classifier(L.LightningModule):
         scores = self.scorer(features).squeeze(-1).sigmoid()
         self.val_auroc.update(scores, target)
         self.val_ap.update(scores, target)
+        self.val_acc.update(scores, target)
         self.log("val/auroc", self.val_auroc, on_epoch=True)
         self.log("val/ap", self.val_ap, on_epoch=True)
+        self.log("val/acc", self.val_acc, on_epoch=True)
 
 
 class RecordLoggedValues(Callback):
@@ -70,6 +75,8 @@ class RecordLoggedValues(Callback):
         record = {
             "auroc": float(trainer.callback_metrics["val/auroc"]),
             "ap": float(trainer.callback_metrics["val/ap"]),
+            "acc": float(trainer.callback_metrics["val/acc"]),
+            "acc_kept": pl_module.val_acc.sync_report.kept if pl_module.val_acc.sync_report else None,
             "seen_per_rank": list(report.seen_per_rank) if report else None,
             "kept": report.kept if report else None,
         }

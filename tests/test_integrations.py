@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from _float32 import f32
-from sklearn.metrics import average_precision_score, roc_auc_score
+from sklearn.metrics import accuracy_score, average_precision_score, roc_auc_score
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
@@ -45,7 +45,8 @@ def _records(out_dir: Path, world: int) -> list[dict[str, Any]]:
 
 def test_lightning_ddp_spawn_logs_the_single_device_value() -> None:
     """Trainer(accelerator='cpu', devices=2, strategy='ddp_spawn') on 101 validation samples: Lightning's sampler
-    pads to 102, and the logged val/auroc and val/ap still equal scikit-learn on the 101 samples, on both ranks.
+    pads to 102, and the logged val/auroc, val/ap and val/acc (a torchmetrics metric in Varlen) still equal
+    scikit-learn on the 101 samples, on both ranks.
     """
     pytest.importorskip("lightning")
     cmd = [sys.executable, str(EXAMPLES / "lightning_ddp.py"), "--devices", "2", "--num-samples", "101"]
@@ -58,8 +59,9 @@ def test_lightning_ddp_spawn_logs_the_single_device_value() -> None:
     for record in result["ranks"]:
         assert record["auroc"] == pytest.approx(roc_auc_score(target, scores), abs=1e-6)
         assert record["ap"] == pytest.approx(average_precision_score(target, scores), abs=1e-6)
+        assert record["acc"] == pytest.approx(accuracy_score(target, scores.sigmoid() > 0.5), abs=1e-6)  # Varlen
         assert record["seen_per_rank"] == [51, 51]
-        assert record["kept"] == 101
+        assert record["kept"] == record["acc_kept"] == 101
 
 
 def test_accelerate_prepared_loader_with_sample_ids(tmp_path: Path) -> None:
