@@ -8,7 +8,7 @@ data normalised the way torchmetrics does (a batch with any score outside [0, 1]
 softmax over the classes for multiclass). Both classes are scriptable, picklable and round-trip their state, and
 every constructor parameter of the torchmetrics class exists on the Varlen class with the same default.
 
-The multi-rank half of the conformance lives with the sync protocol's tests.
+The multi-rank half is `tests/test_conformance_distributed.py`.
 """
 
 from __future__ import annotations
