@@ -123,6 +123,7 @@ class AllReductions(Metric):
         self.add_state("list_cat", [], dist_reduce_fx="cat")
         self.add_state("list_none", [], dist_reduce_fx=None)
         self.add_state("list_custom", [], dist_reduce_fx=_total_rows)
+        self.add_state("list_ragged", [], dist_reduce_fx=None)  # elements of different trailing shapes
 
     def update(self, x: Tensor) -> None:
         """Every state takes the batch its own way."""
@@ -136,6 +137,7 @@ class AllReductions(Metric):
         self.list_cat.append(x)
         self.list_none.append(x[0])
         self.list_custom.append(x)
+        self.list_ragged.append(x.reshape(1, -1))
 
     def compute(self) -> dict[str, Any]:
         """The states themselves."""
@@ -163,7 +165,8 @@ def case_reductions(rank: int, world: int) -> dict[str, Any]:
 
 def test_every_reduction_as_torchmetrics_reduces_it(pool: DistPool) -> None:
     """sum, mean, max, min, None and a callable see the ranks' stacked states (the empty rank's defaults included,
-    as in torchmetrics); "cat" tensor and list states concatenate in rank order; float16 meets float32 as float32.
+    as in torchmetrics); "cat" tensor and list states concatenate in rank order; None list states keep every rank's
+    elements, whatever their shapes; float16 meets float32 as float32.
     """
     world = 3
     data = [_rank_data(r) for r in range(world)]
@@ -187,6 +190,7 @@ def test_every_reduction_as_torchmetrics_reduces_it(pool: DistPool) -> None:
         "list_cat": all_rows.tolist(),
         "list_none": [b[0].double().tolist() for batches in data for b in batches],
         "list_custom": float(all_rows.shape[0]),
+        "list_ragged": [b.double().reshape(1, -1).tolist() for batches in data for b in batches],
     }
     for got in pool.values(case_reductions, world):
         assert got == expected

@@ -104,23 +104,30 @@ class VarlenCollection(MetricCollection):
 
     # ------------------------------------------------------------------ batches
 
-    def _drop_padding(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def _drop_padding(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The batch without its sampler padding; ``None`` if it is all padding."""
         rows = batch_rows(args, kwargs)
         start, self._position = self._position, self._position + rows
         if self.dataset_size is None or kwargs.get("sample_ids") is not None:
             return args, kwargs
         rank, world = group_position(None)
-        return cut_batch(args, kwargs, rows, sampler_kept_rows(start, rows, rank, world, self.dataset_size))
+        kept = sampler_kept_rows(start, rows, rank, world, self.dataset_size)
+        return cut_batch(args, kwargs, rows, kept) if kept or not rows else None
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         """Drop the batch's sampler padding (``dataset_size``), then update every metric (or compute group)."""
-        args, kwargs = self._drop_padding(args, kwargs)
-        super().update(*args, **kwargs)
+        batch = self._drop_padding(args, kwargs)
+        if batch is not None:
+            super().update(*batch[0], **batch[1])
 
     def forward(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """Drop the batch's sampler padding, then every metric's ``forward`` (batch values, no sync)."""
-        args, kwargs = self._drop_padding(args, kwargs)
-        return super().forward(*args, **kwargs)
+        """Drop the batch's sampler padding, then every metric's ``forward`` (batch values, no sync); a batch made
+        only of padding reaches no metric and gives ``{}``.
+        """
+        batch = self._drop_padding(args, kwargs)
+        return {} if batch is None else super().forward(*batch[0], **batch[1])
 
     def reset(self) -> None:
         """Reset every metric and the sampler position."""
