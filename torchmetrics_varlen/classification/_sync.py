@@ -103,13 +103,10 @@ class _SyncedMetric(GuardedMetric):
         return self.compute_on_rank is None and not self.compute_sharded
 
     def _exchange(self, request: SyncRequest) -> Gathered | None:
-        """The data movement of the compute strategy: none for the sharded compute (a check-in only)."""
-        if self.compute_on_rank is not None and self.compute_on_rank >= request.layout.world:
-            msg = (
-                f"{type(self).__name__}: compute_on_rank={self.compute_on_rank} but the process group has"
-                f" {request.layout.world} ranks; use a rank between 0 and {request.layout.world - 1}."
-            )
-            raise ValueError(msg)
+        """The data movement of the compute strategy: none for the sharded compute (a check-in only).
+
+        ``compute_on_rank`` was checked against the process group before (``_VarlenMetric.sync``).
+        """
         if self.compute_sharded and self._summed is None:
             payload = self._sync_payload()
             self._checked = _check_in_states(
