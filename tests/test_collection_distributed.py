@@ -1,4 +1,9 @@
-"""MetricCollection: AUROC, AP, curves and best F1 share one compute group and sync once per group."""
+"""MetricCollection: AUROC, AP, curves and best F1 share one compute group, and their data moves once per group.
+
+Every member still checks in (a few store operations and one fixed-size all-gather): torchmetrics forms compute
+groups on each rank from that rank's own first batch, so only the ranks together can tell whether a member may
+reuse the group's sync.
+"""
 
 from __future__ import annotations
 
@@ -89,14 +94,40 @@ def test_one_exchange_per_compute_group(pool: DistPool, world: int) -> None:
     p = preds.float().double()
     for out in pool.values(case_collection, world, True, False):
         assert out["groups"] == 1
-        # One exchange: one check-in and its fixed-size metadata all-gather, then one broadcast per rank (gloo),
-        # for the whole group's states.
-        assert out["counts"] == {"collectives": 1 + world, "check_ins": 1}
+        # One data exchange for the whole group's states (one broadcast per rank on gloo); every one of the five
+        # members checks in (its fixed-size metadata all-gather), and four of them reuse the first one's data.
+        assert out["counts"] == {"collectives": 5 + world, "check_ins": 5}
         assert out["auroc"] == pytest.approx(f32(roc_auc_score(target, p)), abs=1e-12)
         assert out["ap"] == pytest.approx(f32(average_precision_score(target, p)), abs=1e-12)
     for out in pool.values(case_collection, world, True, True):
         assert out["groups"] == 2  # exact states and binned states cannot be shared
-        assert out["counts"] == {"collectives": 2 + world + 1, "check_ins": 2}  # + one all-reduce of binned counts
+        # + two binned members (one all-reduce of their counts, once)
+        assert out["counts"] == {"collectives": 7 + world + 1, "check_ins": 7}
     for out in pool.values(case_collection, world, False, False):
         assert out["counts"] == {"collectives": 5 * (1 + world), "check_ins": 5}  # without compute groups: per metric
         assert out["auroc"] == pytest.approx(f32(roc_auc_score(target, p)), abs=1e-12)
+
+
+def case_empty_rank_forms_no_compute_group(rank: int, world: int) -> dict[str, Any]:
+    """Rank 1 sees no data, so torchmetrics forms no compute group there, while rank 0 shares AUROC's states with AP."""
+    preds, target = scores_and_labels(40, 8)
+    collection = MetricCollection(
+        {"auroc": VarlenAUROC(sync_timeout=5), "ap": VarlenAveragePrecision(sync_timeout=5)}, compute_groups=True
+    )
+    if rank == 0:
+        collection.update(preds.float(), target)
+    groups = len(collection.compute_groups)
+    values = collection.compute()
+    return {"groups": groups, "auroc": float(values["auroc"]), "ap": float(values["ap"])}
+
+
+def test_ranks_with_different_compute_groups_still_agree(pool: DistPool) -> None:
+    """The first rank reuses AUROC's sync for AP, the empty rank cannot: the data moves again, exact on both."""
+    preds, target = scores_and_labels(40, 8)
+    p = preds.float().double()
+    outcomes = pool.values(case_empty_rank_forms_no_compute_group, 2)
+    assert outcomes[0]["groups"] == 1
+    assert outcomes[1]["groups"] == 2
+    for out in outcomes:
+        assert out["auroc"] == pytest.approx(f32(roc_auc_score(target, p)), abs=1e-12)
+        assert out["ap"] == pytest.approx(f32(average_precision_score(target, p)), abs=1e-12)

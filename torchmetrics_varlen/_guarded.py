@@ -16,6 +16,7 @@ A metric says what it sends (``_sync_payload``) and what it does with what comes
 from __future__ import annotations
 
 import functools
+import hashlib
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from torchmetrics_varlen._dist.exchange import Gathered, Mode, SyncRequest, sync_states
+from torchmetrics_varlen._dist.exchange import Gathered, Mode, SyncRequest, check_in_states, exchange_states
 from torchmetrics_varlen._dist.group import GroupLayout, distributed_available
 from torchmetrics_varlen._dist.guard import new_identity
 
@@ -191,25 +192,35 @@ class GuardedMetric(Metric):
             self._sync_receive(result)
 
     def _exchange(self, request: SyncRequest) -> Gathered | None:
-        """Sync this metric's payload, or reuse the sync another compute-group member just did on these states."""
+        """Sync this metric's payload, or reuse the sync another compute-group member just did on these states.
+
+        Every metric checks in, whether it reuses or not: torchmetrics forms compute groups on each rank from that
+        rank's first batch (a rank without data forms none), so whether a metric can reuse a sync may differ from
+        rank to rank. Each rank reports which sync it could reuse (``reuses``: a digest of that sync's key, 0 for
+        none); the data moves again unless every rank could reuse the very same sync.
+        """
         payload = self._sync_payload()
         share = self._sync_share_key()
         key: tuple[Any, ...] | None = None
+        found: Gathered | None = None
         if share is not None:
             key = (tuple(id(o) for o in share[0]), share[1], request.layout.name)
             found = SHARED_SYNCS.find(key, share[0])
-            if found is not None:
-                return found
-            SHARED_SYNCS.drop_superseded(key)
-        result = sync_states(
+        token = int(hashlib.sha1(found.checked.ticket.prefix.encode()).hexdigest()[:15], 16) if found else 0
+        checked = check_in_states(
             request,
             payload.cat,
             payload.summed,
             device=payload.device,
-            info=payload.info,
+            info={**payload.info, "reuses": token},
             modes=payload.modes,
-            dst=payload.dst,
-            concat=False,
+        )
+        if found is not None and all(i["reuses"] == token for i in checked.info):
+            return found
+        if key is not None:
+            SHARED_SYNCS.drop_superseded(key)
+        result = exchange_states(
+            checked, payload.cat, payload.summed, device=payload.device, dst=payload.dst, concat=False
         )
         if share is not None and key is not None:
             SHARED_SYNCS.keep(key, share[0], result)

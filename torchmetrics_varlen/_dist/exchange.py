@@ -293,7 +293,20 @@ def sync_states(
     (see :class:`Gathered`).
     """
     checked = check_in_states(request, cat, summed, device=device, info=info, modes=modes)
-    comm = comm_device(request.layout.group, device)
+    return exchange_states(checked, cat, summed, device=device, dst=dst, concat=concat)
+
+
+def exchange_states(
+    checked: CheckedIn,
+    cat: dict[str, list[Tensor]],
+    summed: dict[str, Tensor],
+    *,
+    device: torch.device,
+    dst: int | None = None,
+    concat: bool = True,
+) -> Gathered:
+    """The data half of :func:`sync_states`, after :func:`check_in_states` returned ``checked`` for these states."""
+    comm = comm_device(checked.ticket.layout.group, device)
     try:
         gathered = _gather_packed(cat, checked, comm, dst)
         reduced = _reduce_summed(summed, checked, comm)
