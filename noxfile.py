@@ -1,4 +1,5 @@
-"""Developer sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s typecheck``, ``nox -s property``, ``nox -s build``.
+"""Developer sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s typecheck``, ``nox -s property``, ``nox -s build``,
+``nox -s oldest``.
 
 Plain virtualenv + pip on purpose: pip finds the local CPU build of ``torch==2.13.0`` on this project's machines,
 uv would download a multi-GB CUDA build.
@@ -6,6 +7,7 @@ uv would download a multi-GB CUDA build.
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -15,6 +17,24 @@ nox.options.default_venv_backend = "virtualenv"
 nox.options.sessions = ["lint", "typecheck", "tests", "docs", "build"]
 
 TORCH = "torch==2.13.0"
+# Tests that compare with torchmetrics' own values: they follow the newest torchmetrics (`tests`), whose conventions
+# the package matches (float32 outputs, per-batch normalisation, binned curves); older releases differ there.
+PARITY = ["tests/test_conformance.py", "tests/test_conformance_distributed.py", "tests/test_task_classes.py"]
+PARITY_TESTS = ["tests/test_breadth.py::test_multiclass_and_multilabel_curves_match_torchmetrics"]
+# Tests of the package's own math, the same whatever torchmetrics is installed (and the 70 s demo).
+VERSION_FREE = ["tests/test_functional.py", "tests/test_sort.py", "tests/test_histogram.py", "tests/test_demo.py"]
+
+
+def lower_bounds(*names: str) -> list[str]:
+    """``name==X`` for each ``name>=X`` that pyproject.toml declares (dependencies and the test extra)."""
+    project = nox.project.load_toml("pyproject.toml")["project"]
+    pins = {}
+    for requirement in project["dependencies"] + project["optional-dependencies"]["test"]:
+        found = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([0-9][0-9.]*)", requirement.strip())
+        if found and found.group(1) in names:
+            pins[found.group(1)] = f"{found.group(1)}=={found.group(2)}"
+    assert set(pins) == set(names), f"no lower bound declared for {set(names) - set(pins)}"
+    return [pins[name] for name in names]
 
 
 @nox.session
@@ -23,6 +43,21 @@ def tests(session: nox.Session) -> None:
     session.install(TORCH)
     session.install(".[test]")
     session.run("pytest", *session.posargs)
+
+
+@nox.session(default=False)
+def oldest(session: nox.Session) -> None:
+    """The suite against the oldest torchmetrics and Lightning that pyproject.toml declares (``tests`` runs the
+    newest): everything that depends on torchmetrics' internals (the sync, wrappers, collections, Lightning, the
+    private names of ``_compat``), without the parity checks against torchmetrics' own values.
+    """
+    session.install(TORCH)
+    session.install(".[test]", *lower_bounds("torchmetrics", "lightning"))
+    session.run(
+        "python", "-c", "import torchmetrics, lightning; print(torchmetrics.__version__, lightning.__version__)"
+    )
+    skipped = [f"--ignore={path}" for path in PARITY + VERSION_FREE] + [f"--deselect={t}" for t in PARITY_TESTS]
+    session.run("pytest", "tests", "-p", "no:cacheprovider", *skipped, *session.posargs)
 
 
 @nox.session
