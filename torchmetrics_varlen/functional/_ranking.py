@@ -199,20 +199,17 @@ def roc_from_counts(fps: Tensor, tps: Tensor, warn: bool = True) -> tuple[Tensor
     zero = fps.new_zeros(1)
     fps = torch.cat([zero, fps])
     tps = torch.cat([zero, tps])
-    n_neg, n_pos = int(fps[-1]), int(tps[-1])
-    if n_neg <= 0:
-        if warn:
-            warnings.warn(_NO_NEGATIVES_ROC, UserWarning, stacklevel=3)
-        fpr = torch.zeros_like(fps, dtype=torch.float64)
-    else:
-        fpr = fps.double() / n_neg
-    if n_pos <= 0:
-        if warn:
-            warnings.warn(_NO_POSITIVES_ROC, UserWarning, stacklevel=3)
-        tpr = torch.zeros_like(tps, dtype=torch.float64)
-    else:
-        tpr = tps.double() / n_pos
-    return fpr, tpr
+    return _rate(fps, warn, _NO_NEGATIVES_ROC), _rate(tps, warn, _NO_POSITIVES_ROC)
+
+
+def _rate(cumulative: Tensor, warn: bool, absent: str) -> Tensor:
+    """``cumulative / cumulative[-1]`` in float64; zeros (and the ``absent`` warning) when the total is 0."""
+    total = int(cumulative[-1])
+    if total > 0:
+        return cumulative.double() / total
+    if warn:
+        warnings.warn(absent, UserWarning, stacklevel=4)
+    return torch.zeros_like(cumulative, dtype=torch.float64)
 
 
 def _partial_auroc(fps: Tensor, tps: Tensor, max_fpr: float) -> Tensor:
