@@ -54,6 +54,19 @@ def _fingerprint(obj: Any) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class SharedSync:
+    """A sync's received states, kept for the other members of a compute group, and the sync's key prefix."""
+
+    cat: dict[str, Tensor | list[Tensor]]
+    summed: dict[str, Tensor]
+    prefix: str
+
+    def token(self) -> int:
+        """A 60-bit digest of the prefix: what each rank reports to say which sync it could reuse."""
+        return int(hashlib.sha1(self.prefix.encode()).hexdigest()[:15], 16)
+
+
 class _SharedSyncs:
     """Syncs that the metrics of one torchmetrics compute group share (AUROC, AP, curves in one collection).
 
@@ -61,13 +74,15 @@ class _SharedSyncs:
     others reuse its result, as long as no batch was added in between. Lifetime of an entry: from its sync until
     the next ``update()`` or ``reset()`` of any metric of the package in this process, or until a newer sync of
     states of the same kind replaces it, whichever comes first. So after an evaluation at most one gathered copy
-    per compute group stays alive, until the next evaluation's first ``update()`` frees it.
+    per compute group stays alive, until the next evaluation's first ``update()`` frees it. An entry holds the
+    received states and the sync's key prefix, never the process group or its store, so it cannot keep either alive
+    past ``destroy_process_group()``.
     """
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[Any, ...], tuple[list[Any], list[int], Gathered]] = {}
+        self._entries: dict[tuple[Any, ...], tuple[list[Any], list[int], SharedSync]] = {}
 
-    def find(self, key: tuple[Any, ...], objs: list[Any]) -> Gathered | None:
+    def find(self, key: tuple[Any, ...], objs: list[Any]) -> SharedSync | None:
         """The sync of exactly these state objects, if they have not changed since."""
         entry = self._entries.get(key)
         if entry is None or any(a is not b for a, b in zip(entry[0], objs, strict=True)):
@@ -81,7 +96,8 @@ class _SharedSyncs:
 
     def keep(self, key: tuple[Any, ...], objs: list[Any], result: Gathered) -> None:
         """Remember a sync for the other metrics of the compute group."""
-        self._entries[key] = (objs, [_fingerprint(o) for o in objs], result)
+        shared = SharedSync(result.cat, result.summed, result.checked.ticket.prefix)
+        self._entries[key] = (objs, [_fingerprint(o) for o in objs], shared)
 
     def clear(self) -> None:
         """Forget every sync (any update or reset of a metric of the package)."""
@@ -202,11 +218,11 @@ class GuardedMetric(Metric):
         payload = self._sync_payload()
         share = self._sync_share_key()
         key: tuple[Any, ...] | None = None
-        found: Gathered | None = None
+        found: SharedSync | None = None
         if share is not None:
             key = (tuple(id(o) for o in share[0]), share[1], request.layout.name)
             found = SHARED_SYNCS.find(key, share[0])
-        token = int(hashlib.sha1(found.checked.ticket.prefix.encode()).hexdigest()[:15], 16) if found else 0
+        token = found.token() if found is not None else 0
         checked = check_in_states(
             request,
             payload.cat,
@@ -216,7 +232,7 @@ class GuardedMetric(Metric):
             modes=payload.modes,
         )
         if found is not None and all(i["reuses"] == token for i in checked.info):
-            return found
+            return Gathered(found.cat, found.summed, checked)
         if key is not None:
             SHARED_SYNCS.drop_superseded(key)
         result = exchange_states(

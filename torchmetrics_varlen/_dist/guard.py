@@ -58,7 +58,9 @@ class Scope:
 
     created: dict[str, int] = field(default_factory=dict)  # identity base -> metrics created so far
     sequences: dict[tuple[str, str], int] = field(default_factory=dict)  # (group, identity) -> next sequence
-    last_go: dict[str, Ticket] = field(default_factory=dict)  # group -> its last completed sync
+    # group -> (key prefix, extra keys) of its last completed sync; strings only, so that no process group or
+    # store is kept alive by this (a group destroyed with live C++ threads aborts the process at exit)
+    last_go: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
 
 
 _SCOPES: weakref.WeakKeyDictionary[Any, Scope] = weakref.WeakKeyDictionary()
@@ -328,12 +330,13 @@ def _forget_previous(ticket: Ticket, scope: Scope) -> None:
     """Group rank 0 deletes the keys of the group's previous completed sync: every rank has passed it."""
     name = ticket.layout.name
     previous = scope.last_go.get(name)
-    scope.last_go[name] = ticket
+    scope.last_go[name] = (ticket.prefix, ticket.extra_keys)  # the list: keys written after the check-in too
     if previous is None or ticket.layout.rank != 0:
         return
     store = ticket.store
+    prefix, extra = previous
     try:
-        for key in ("sig", "n", "d", *previous.extra_keys):
-            store.delete_key(previous.prefix + key)
+        for key in ("sig", "n", "d", *extra):
+            store.delete_key(prefix + key)
     except (RuntimeError, NotImplementedError):  # pragma: no cover - stores without delete keep the keys
         pass
