@@ -12,7 +12,7 @@ from _dist import DistPool
 from _float32 import f32
 from sklearn.metrics import roc_auc_score
 
-from torchmetrics_varlen import VarlenAUROC, VarlenROC
+from torchmetrics_varlen import VarlenAUROC, VarlenGroupAUROC, VarlenROC
 
 pytestmark = pytest.mark.distributed
 
@@ -94,3 +94,31 @@ def test_compute_on_a_rank_outside_the_group_raises_on_every_rank(pool: DistPool
 def test_bad_compute_on_rank_argument() -> None:
     with pytest.raises(ValueError, match="`compute_on_rank` to be a rank \\(int >= 0\\) or None, but got -1"):
         VarlenAUROC(compute_on_rank=-1)
+
+
+def case_group_detail_on_one_rank(rank: int, world: int) -> dict[str, Any]:
+    preds, target = scores_and_labels(60, 9)
+    groups = torch.arange(60) % 5
+    part = rank_slice(60, world, rank, "uneven")
+    metric = VarlenGroupAUROC(return_per_group=True, compute_on_rank=world - 1, sync_timeout=20)
+    metric.update(preds[part].float(), target[part], groups[part])
+    detail = metric.compute()
+    return {
+        "type": type(detail).__name__,
+        "value": float(detail.value),
+        "groups": detail.groups.tolist(),
+        "per_group": detail.per_group.tolist(),
+        "skipped": int(detail.num_skipped),
+    }
+
+
+def test_group_auroc_detail_arrives_as_its_named_tuple(pool: DistPool) -> None:
+    """The per-group detail, computed on the last rank, reaches every rank as a GroupAUROC (tensors, no pickle)."""
+    preds, target = scores_and_labels(60, 9)
+    groups = torch.arange(60) % 5
+    per_group = [f32(roc_auc_score(target[groups == g], preds[groups == g].float().double())) for g in range(5)]
+    for out in pool.values(case_group_detail_on_one_rank, 3):
+        assert out["type"] == "GroupAUROC"
+        assert out["groups"] == list(range(5))
+        assert out["per_group"] == pytest.approx(per_group, abs=1e-7)
+        assert out["skipped"] == 0

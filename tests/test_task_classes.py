@@ -184,11 +184,6 @@ def test_compute_sharded_only_where_it_works(cls: type) -> None:
     assert tv.VarlenMulticlassAUROC(3, compute_sharded=True).compute_sharded
 
 
-def test_group_auroc_detail_is_not_sent_from_one_rank() -> None:
-    with pytest.raises(ValueError, match="`compute_on_rank` to be None with `return_per_group=True`"):
-        tv.VarlenGroupAUROC(return_per_group=True, compute_on_rank=0)
-
-
 @pytest.mark.parametrize("cls", list(PAIRS), ids=lambda c: c.__name__)
 def test_task_classes_are_scriptable(cls: type) -> None:
     metric = cls(3)

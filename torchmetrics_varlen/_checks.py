@@ -147,16 +147,10 @@ def validate_ranking_args(
         raise ValueError(msg)
 
 
-def validate_weighting(weighting: str, return_per_group: bool = False, compute_on_rank: int | None = None) -> None:
-    """Group AUROC's ``weighting``; its per-group detail (a named tuple) is computed on every rank."""
+def validate_weighting(weighting: str) -> None:
+    """Group AUROC's ``weighting``."""
     if weighting not in ("samples", "uniform"):
         msg = f"Expected argument `weighting` to be 'samples' or 'uniform', but got {weighting!r}."
-        raise ValueError(msg)
-    if return_per_group and compute_on_rank is not None:
-        msg = (
-            "Expected argument `compute_on_rank` to be None with `return_per_group=True` (the per-group detail is"
-            f" computed on every rank), but got {compute_on_rank!r}."
-        )
         raise ValueError(msg)
 
 

@@ -148,4 +148,8 @@ class _SyncedMetric(GuardedMetric):
         if report:
             report["seen_per_rank"] = tuple(report["seen_per_rank"])
             self.sync_report = SyncReport(**report)
+        return self._value_from_wire(value)
+
+    def _value_from_wire(self, value: Any) -> Any:
+        """The computed value as the metric returns it, from the tensors, tuples and lists it travels as."""
         return value

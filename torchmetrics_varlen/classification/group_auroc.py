@@ -36,8 +36,8 @@ class VarlenGroupAUROC(_VarlenMetric):
         normalization: ``"sigmoid"`` (default: a batch with a score outside [0, 1] is taken for logits), or
             ``None`` (raw scores).
         return_per_group: Make ``compute()`` return the per-group detail.
-        kwargs: The synchronisation keywords (``dataset_size``, ``sync_timeout``, ``compute_on_rank`` without
-            ``return_per_group``, ``sync_key``; see :class:`~torchmetrics_varlen.VarlenAUROC`) and any
+        kwargs: The synchronisation keywords (``dataset_size``, ``sync_timeout``, ``compute_on_rank``,
+            ``sync_key``; see :class:`~torchmetrics_varlen.VarlenAUROC`) and any
             :class:`torchmetrics.Metric` keyword.
 
     Raises:
@@ -64,7 +64,7 @@ class VarlenGroupAUROC(_VarlenMetric):
         return_per_group: bool = False,
         **kwargs: Any,
     ) -> None:
-        validate_weighting(weighting, return_per_group, kwargs.get("compute_on_rank"))
+        validate_weighting(weighting)
         super().__init__(
             ignore_index=ignore_index,
             validate_args=validate_args,
@@ -94,6 +94,10 @@ class VarlenGroupAUROC(_VarlenMetric):
             sample_ids: Optional global integer ids (dedup): after the sync each id counts once.
         """
         self._update(preds, target, sample_ids, {"groups": groups}, _start)
+
+    def _value_from_wire(self, value: Any) -> Any:
+        """``compute_on_rank``: the per-group detail arrives on the other ranks as a plain tuple."""
+        return GroupAUROC(*value) if self.return_per_group and not isinstance(value, GroupAUROC) else value
 
     def compute(self) -> Tensor | GroupAUROC:
         """Group AUC over everything seen by every rank of the process group."""
