@@ -78,6 +78,7 @@ def case_rank_exits(rank: int, world: int) -> dict[str, Any]:
 def case_config_mismatch(rank: int, world: int) -> dict[str, Any]:
     metric = Varlen(BinaryF1Score(threshold=0.7 if rank == 1 else 0.5), sync_timeout=TIMEOUT)
     metric.update(torch.tensor([0.2, 0.8]), torch.tensor([0, 1]))
+    dist.barrier()  # a freshly spawned worker (after a test that killed one) imports for a while: not a late rank
     return _timed(metric.compute)
 
 
@@ -86,6 +87,7 @@ def case_shape_mismatch(rank: int, world: int) -> dict[str, Any]:
     metric = Varlen(CosineSimilarity(), sync_timeout=TIMEOUT)
     width = 3 if rank == 0 else 4
     metric.update(torch.ones(2, width), torch.ones(2, width))
+    dist.barrier()
     return _timed(metric.compute)
 
 
@@ -96,6 +98,7 @@ def case_error_after_sync_then_recovery(rank: int, world: int) -> list[Any]:
     out: list[Any] = []
     metric = Varlen(RetrievalMAP(empty_target_action="error"), sync_timeout=TIMEOUT)
     metric.update(torch.tensor([0.5, 0.4]), torch.tensor([0, 0]), torch.tensor([7, 7]))
+    dist.barrier()
     try:
         metric.compute()
     except ValueError as err:
