@@ -161,3 +161,33 @@ class DistPool:
                 proc.kill()
             proc.join(timeout=5)
             self._procs[slot] = None
+
+
+_COLLECTIVES = ("all_gather", "all_gather_into_tensor", "all_gather_single", "all_reduce", "broadcast", "barrier")
+
+
+def count_syncs(fn: Callable[[], Any]) -> tuple[Any, dict[str, int]]:
+    """Run ``fn`` on a rank counting torch.distributed collectives and guard check-ins (both still run)."""
+    from torchmetrics_varlen._dist import exchange
+
+    counts = {"collectives": 0, "check_ins": 0}
+    originals = {name: getattr(dist, name) for name in _COLLECTIVES}
+    original_check_in = exchange.check_in
+
+    def wrap(original: Any, key: str) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            counts[key] += 1
+            return original(*args, **kwargs)
+
+        return wrapper
+
+    for name, original in originals.items():
+        setattr(dist, name, wrap(original, "collectives"))
+    exchange.check_in = wrap(original_check_in, "check_ins")  # type: ignore[assignment]
+    try:
+        value = fn()
+    finally:
+        for name, original in originals.items():
+            setattr(dist, name, original)
+        exchange.check_in = original_check_in  # type: ignore[assignment]
+    return value, counts

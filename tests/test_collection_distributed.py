@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import torch.distributed as dist
 from _data import scores_and_labels
-from _dist import DistPool
+from _dist import DistPool, count_syncs
 from _float32 import f32
 from sklearn.metrics import average_precision_score, roc_auc_score
 from torchmetrics import MetricCollection
@@ -26,35 +25,6 @@ from torchmetrics_varlen import (
 )
 
 pytestmark = pytest.mark.distributed
-
-_COLLECTIVES = ("all_gather", "all_gather_into_tensor", "all_gather_single", "all_reduce", "broadcast", "barrier")
-
-
-def _counting(fn: Any) -> tuple[Any, dict[str, int]]:
-    """Run ``fn`` counting torch.distributed collectives and guard check-ins (both still run)."""
-    from torchmetrics_varlen._dist import exchange
-
-    counts = {"collectives": 0, "check_ins": 0}
-    originals = {name: getattr(dist, name) for name in _COLLECTIVES}
-    original_check_in = exchange.check_in
-
-    def wrap(original: Any, key: str) -> Any:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            counts[key] += 1
-            return original(*args, **kwargs)
-
-        return wrapper
-
-    for name, original in originals.items():
-        setattr(dist, name, wrap(original, "collectives"))
-    exchange.check_in = wrap(original_check_in, "check_ins")
-    try:
-        value = fn()
-    finally:
-        for name, original in originals.items():
-            setattr(dist, name, original)
-        exchange.check_in = original_check_in
-    return value, counts
 
 
 def case_collection(rank: int, world: int, compute_groups: bool, binned_too: bool) -> dict[str, Any]:
@@ -76,7 +46,7 @@ def case_collection(rank: int, world: int, compute_groups: bool, binned_too: boo
     for start in range(0, rows, 8):
         part = idx[start : start + 8]
         collection.update(preds[part].float(), target[part])
-    values, counts = _counting(collection.compute)
+    values, counts = count_syncs(collection.compute)
     return {
         "counts": counts,
         "groups": len(collection.compute_groups) if compute_groups else len(metrics),

@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
 from _data import rank_slice
-from _dist import DistPool
+from _dist import DistPool, count_syncs
 from _float32 import f32
 from _sampler import sampler_indices
 from _wrapped import BY_NAME, N, call_args, columns, flat, reference
@@ -24,35 +23,7 @@ from torchmetrics_varlen import Varlen, VarlenAUROC, VarlenAveragePrecision, Var
 
 pytestmark = pytest.mark.distributed
 
-_COLLECTIVES = ("all_gather", "all_gather_into_tensor", "all_gather_single", "all_reduce", "broadcast", "barrier")
 MAP = BY_NAME["RetrievalMAP"]
-
-
-def _counting(fn: Any) -> tuple[Any, dict[str, int]]:
-    """Run ``fn`` counting torch.distributed collectives and guard check-ins (both still run)."""
-    from torchmetrics_varlen._dist import exchange
-
-    counts = {"collectives": 0, "check_ins": 0}
-    originals = {name: getattr(dist, name) for name in _COLLECTIVES}
-    original_check_in = exchange.check_in
-
-    def wrap(original: Any, key: str) -> Any:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            counts[key] += 1
-            return original(*args, **kwargs)
-
-        return wrapper
-
-    for name, original in originals.items():
-        setattr(dist, name, wrap(original, "collectives"))
-    exchange.check_in = wrap(original_check_in, "check_ins")
-    try:
-        value = fn()
-    finally:
-        for name, original in originals.items():
-            setattr(dist, name, original)
-        exchange.check_in = original_check_in
-    return value, counts
 
 
 def case_one_exchange(rank: int, world: int, shard: str) -> dict[str, Any]:
@@ -75,8 +46,8 @@ def case_one_exchange(rank: int, world: int, shard: str) -> dict[str, Any]:
     for start in range(0, len(idx), 4):
         args, kwargs = call_args(MAP, data, idx[start : start + 4])
         metrics.update(*args, **kwargs)
-    values, counts = _counting(metrics.compute)
-    cached, again = _counting(metrics.compute)  # every value cached: no sync, as torchmetrics
+    values, counts = count_syncs(metrics.compute)
+    cached, again = count_syncs(metrics.compute)  # every value cached: no sync, as torchmetrics
     return {
         "values": {k: flat(v) for k, v in values.items()},
         "counts": counts,
@@ -125,7 +96,7 @@ def case_inside_torchmetrics_wrappers(rank: int, world: int) -> dict[str, Any]:
         tracker.increment()
         half = [i for i in part if (i < 15) == (epoch == 0)]
         tracker.update(preds[half], target[half])
-    values, counts = _counting(group.compute)
+    values, counts = count_syncs(group.compute)
     best, step = tracker.best_metric(return_step=True)
     return {
         "group": {k: float(v) for k, v in values.items()},
