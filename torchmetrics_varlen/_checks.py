@@ -7,7 +7,7 @@ The functional core and the metric classes call these and nothing else to valida
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor
@@ -154,6 +154,18 @@ def validate_weighting(weighting: str) -> None:
         raise ValueError(msg)
 
 
+def validate_dedup_and_timeout(dataset_size: Any, sync_timeout: Any) -> None:
+    """``dataset_size``: a non-negative int or None; ``sync_timeout``: positive seconds or None (every metric and
+    wrapper takes both).
+    """
+    if sync_timeout is not None and (isinstance(sync_timeout, bool) or not sync_timeout > 0):
+        msg = f"Expected argument `sync_timeout` to be a positive number of seconds or None, but got {sync_timeout!r}."
+        raise ValueError(msg)
+    if dataset_size is not None and not _is_int(dataset_size, 0):
+        msg = f"Expected argument `dataset_size` to be a non-negative int or None, but got {dataset_size!r}."
+        raise ValueError(msg)
+
+
 def validate_sync_args(
     *,
     dataset_size: int | None,
@@ -168,12 +180,7 @@ def validate_sync_args(
     """Check the synchronisation keywords every metric class takes (``exact``: no ``thresholds``; ``shardable``:
     the metric reduces to per-range sums, see ``_dist/shard.py``, which the partial AUC of ``max_fpr`` does not).
     """
-    if sync_timeout is not None and (isinstance(sync_timeout, bool) or not sync_timeout > 0):
-        msg = f"Expected argument `sync_timeout` to be a positive number of seconds or None, but got {sync_timeout!r}."
-        raise ValueError(msg)
-    if dataset_size is not None and not _is_int(dataset_size, 0):
-        msg = f"Expected argument `dataset_size` to be a non-negative int or None, but got {dataset_size!r}."
-        raise ValueError(msg)
+    validate_dedup_and_timeout(dataset_size, sync_timeout)
     if compute_on_rank is not None and not _is_int(compute_on_rank, 0):
         msg = f"Expected argument `compute_on_rank` to be a rank (int >= 0) or None, but got {compute_on_rank!r}."
         raise ValueError(msg)

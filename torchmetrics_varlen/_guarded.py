@@ -6,8 +6,8 @@ A metric says what it sends (``_sync_payload``) and what it does with what comes
 
 - ``_sync_dist`` (torchmetrics calls it from ``sync()``, in place of its per-state gathers) checks in and exchanges
   the payload, or takes the result that a collection-level sync (``_joint.py``) already fetched for it;
-- metrics holding the very same state objects (the members of a ``MetricCollection`` compute group) reuse one sync
-  (``SHARED_SYNCS``);
+- metrics holding the very same state objects (the members of a ``MetricCollection`` compute group) each check in,
+  but reuse one data exchange when every rank can (``SHARED_SYNCS``);
 - ``_wrap_compute`` puts the local states back when the computation fails after the sync (torchmetrics' sync context
   would leave them synced, and the next ``compute()`` would fail with "already synced"), and silences torchmetrics'
   "compute before update" warning on a rank that legitimately saw no data.

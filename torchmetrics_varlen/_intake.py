@@ -11,6 +11,7 @@ from torchmetrics.metric import CompositionalMetric
 from torchmetrics.utilities.data import dim_zero_cat
 from torchmetrics.wrappers.abstract import WrapperMetric
 
+from torchmetrics_varlen._checks import validate_dedup_and_timeout
 from torchmetrics_varlen._guarded import GuardedMetric
 from torchmetrics_varlen._states import list_rows
 
@@ -37,19 +38,7 @@ def wrappable(metric: Any, dataset_size: Any, sync_timeout: Any) -> None:
     if metric.dist_sync_on_step:
         msg = "Expected the metric's `dist_sync_on_step` to be False (Varlen syncs at compute()), but got True."
         raise ValueError(msg)
-    check_sync_args(dataset_size, sync_timeout)
-
-
-def check_sync_args(dataset_size: Any, sync_timeout: Any) -> None:
-    """Raise unless ``dataset_size`` is a non-negative int or None and ``sync_timeout`` positive or None."""
-    if dataset_size is not None and (
-        isinstance(dataset_size, bool) or not isinstance(dataset_size, int) or dataset_size < 0
-    ):
-        msg = f"Expected argument `dataset_size` to be a non-negative int or None, but got {dataset_size!r}."
-        raise ValueError(msg)
-    if sync_timeout is not None and (isinstance(sync_timeout, bool) or not sync_timeout > 0):
-        msg = f"Expected argument `sync_timeout` to be a positive number of seconds or None, but got {sync_timeout!r}."
-        raise ValueError(msg)
+    validate_dedup_and_timeout(dataset_size, sync_timeout)
 
 
 def inner_config(metric: Metric) -> dict[str, Any]:

@@ -8,12 +8,13 @@ from typing import Any
 from torchmetrics import Metric, MetricCollection
 from torchmetrics.wrappers.abstract import WrapperMetric
 
+from torchmetrics_varlen._checks import validate_dedup_and_timeout
 from torchmetrics_varlen._dedup import sampler_kept_rows
 from torchmetrics_varlen._dist.exchange import SyncRequest
 from torchmetrics_varlen._dist.group import GroupLayout, distributed_available, group_position
 from torchmetrics_varlen._dist.guard import new_identity
 from torchmetrics_varlen._guarded import GuardedMetric, Payload
-from torchmetrics_varlen._intake import batch_rows, check_sync_args, cut_batch
+from torchmetrics_varlen._intake import batch_rows, cut_batch
 from torchmetrics_varlen._joint import sync_together
 from torchmetrics_varlen.wrappers import Varlen
 
@@ -78,7 +79,7 @@ class VarlenCollection(MetricCollection):
         sync_timeout: float | None = 60.0,
         sync_key: str | None = None,
     ) -> None:
-        check_sync_args(dataset_size, sync_timeout)
+        validate_dedup_and_timeout(dataset_size, sync_timeout)
         super().__init__(metrics, *additional_metrics, prefix=prefix, postfix=postfix, compute_groups=compute_groups)
         self.dataset_size = dataset_size
         self.sync_timeout = sync_timeout
