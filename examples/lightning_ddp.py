@@ -11,6 +11,7 @@ Run: ``python examples/lightning_ddp.py --devices 2 --num-samples 101``
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import tempfile
@@ -18,6 +19,7 @@ from typing import Any
 
 import lightning as L
 import torch
+import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics.classification import BinaryAccuracy
@@ -47,6 +49,16 @@ class Classifier(L.LightningModule):
         self.val_ap = VarlenAveragePrecision(dataset_size=val_size)
         self.val_acc = Varlen(BinaryAccuracy(), dataset_size=val_size)  # any torchmetrics metric, padding dropped
 
+    def setup(self, stage: str) -> None:
+        """Destroy the process group when the worker exits (Lightning does so only on NCCL).
+
+        torch asks every process to call ``destroy_process_group()`` before it exits. A gloo process that exits with
+        a live group right after a collective of its own (or of Lightning) can abort with ``terminate called without
+        an active exception``; this package's own syncs are safe either way (see the integrations page).
+        """
+        if dist.is_initialized():
+            atexit.register(_destroy_process_group)
+
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         """Score the batch, update the metrics, log the metric objects (computed and synced at epoch end)."""
         features, target = batch
@@ -60,6 +72,11 @@ class Classifier(L.LightningModule):
         self.log("val/auroc", self.val_auroc, on_epoch=True)
         self.log("val/ap", self.val_ap, on_epoch=True)
         self.log("val/acc", self.val_acc, on_epoch=True)
+
+
+def _destroy_process_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 class RecordLoggedValues(Callback):

@@ -30,6 +30,7 @@ from torch import Tensor
 from torchmetrics_varlen._dist.errors import MetricSyncError
 from torchmetrics_varlen._dist.group import GroupLayout, comm_device, is_nccl
 from torchmetrics_varlen._dist.guard import Ticket, check_in
+from torchmetrics_varlen._dist.works import keep
 
 _ALIGN = 8
 _MAX_DIMS = 8  # trailing dimensions a cat state may have
@@ -143,7 +144,11 @@ def _family(dtype: torch.dtype) -> str:
 
 
 def wait(work: Any, ticket: Ticket, step: str) -> None:
-    """Wait for one asynchronous collective, at most ``sync_timeout`` seconds; a failure names the silent ranks."""
+    """Wait for one asynchronous collective, at most ``sync_timeout`` seconds; a failure names the silent ranks.
+
+    The work object is kept until a later sync (``works.py``), so that gloo's worker thread never frees its tensors.
+    """
+    keep(work)
     try:
         if ticket.timeout is None:
             work.wait()
@@ -364,7 +369,7 @@ def _gather_packed(
             ops = [dist.P2POp(dist.irecv, parts[r], glob[r], group) for r in range(world) if r != rank and sizes[r]]
         else:
             ops = [dist.P2POp(dist.isend, mine, glob[dst], group)] if sizes[rank] else []
-        for work in dist.batch_isend_irecv(ops) if ops else []:
+        for work in [keep(w) for w in dist.batch_isend_irecv(ops)] if ops else []:
             wait(work, ticket, "the gather to one rank")
         if rank != dst:
             return _empty_states(checked, names, comm)
@@ -374,7 +379,9 @@ def _gather_packed(
         # gloo: one broadcast per rank with rows, all in flight together. Unlike gloo's all-gather (equal sizes only,
         # and the result staged in a second full-size buffer) this moves uneven shards without padding or extra copy.
         glob = layout.global_ranks
-        works = [dist.broadcast(parts[r], src=glob[r], group=group, async_op=True) for r in range(world) if sizes[r]]
+        works = [
+            keep(dist.broadcast(parts[r], src=glob[r], group=group, async_op=True)) for r in range(world) if sizes[r]
+        ]
         for work in works:
             wait(work, ticket, "the data broadcasts")
     return _unpack(parts, names, checked, rows)

@@ -42,6 +42,7 @@ import torch.distributed as dist
 from torchmetrics_varlen import _compat
 from torchmetrics_varlen._dist.errors import MetricSyncError
 from torchmetrics_varlen._dist.group import GroupLayout, distributed_available
+from torchmetrics_varlen._dist.works import release_finished
 
 _ROOT = "torchmetrics_varlen/2"
 _COUNT = (1 << 20) - 1  # arrivals: bits 0-19 (W < 2**20)
@@ -207,6 +208,7 @@ def check_in(
         MetricSyncError: On every rank that arrived, if some rank did not arrive within ``timeout`` seconds (naming
             it), or if the ranks' signatures differ (naming the fields that differ and each rank's value).
     """
+    release_finished()  # the works of earlier syncs: their backend threads are done with them
     scope = scope or _scope()
     store = store or _store()
     key = (layout.name, identity)
