@@ -25,8 +25,12 @@ _KEPT: list[Any] = []
 
 
 def keep(work: Any) -> Any:
-    """Keep ``work`` (a ``torch.distributed`` work object) until a later sync finds it completed; return it."""
-    if work is not None:
+    """Keep ``work`` (a ``torch.distributed`` work object) until a later sync finds it completed; return it.
+
+    Keeping a work twice is harmless: a sync keeps the works it starts together (so that those left unwaited after
+    one fails are kept too) and :func:`~torchmetrics_varlen._dist.exchange.wait` keeps every work it waits for.
+    """
+    if work is not None and not any(kept is work for kept in _KEPT):
         _KEPT.append(work)
     return work
 
