@@ -6,8 +6,8 @@ that reference is the last one, the worker thread frees the tensors, and freeing
 the GIL. If the interpreter is shutting down at that moment (a process that exits right after a sync, without
 ``destroy_process_group()``: a Lightning ``ddp_spawn`` worker on gloo, a script that ends after ``compute()``),
 CPython ends the worker thread with ``pthread_exit`` inside a C++ destructor and the process aborts with
-``terminate called without an active exception``. On torch 2.13 that happened to about one process in three that
-exited right after a plain ``dist.all_gather``, and to 10-25% of processes that exited right after this package's
+``terminate called without an active exception``. On torch 2.13 that aborted about one run in three (two ranks
+that exit right after plain ``dist.all_gather`` calls), and 10-25% of runs that exited right after this package's
 ``compute()`` (``tests/test_exit.py``).
 
 Keeping the work objects here until the next sync starts makes this process's main thread, not the backend's
@@ -27,8 +27,9 @@ _KEPT: list[Any] = []
 def keep(work: Any) -> Any:
     """Keep ``work`` (a ``torch.distributed`` work object) until a later sync finds it completed; return it.
 
-    Keeping a work twice is harmless: a sync keeps the works it starts together (so that those left unwaited after
-    one fails are kept too) and :func:`~torchmetrics_varlen._dist.exchange.wait` keeps every work it waits for.
+    A work is kept once, however often it is passed: a sync keeps the works it starts together (so that those left
+    unwaited after one fails are kept too), and :func:`~torchmetrics_varlen._dist.exchange.wait` keeps every work it
+    waits for.
     """
     if work is not None and not any(kept is work for kept in _KEPT):
         _KEPT.append(work)
