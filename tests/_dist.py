@@ -13,6 +13,7 @@ import importlib.util
 import inspect
 import os
 import queue
+import socket
 import sys
 import time
 import traceback
@@ -25,6 +26,13 @@ import torch.multiprocessing as mp
 
 MAX_WORLD = 4
 _CTX = mp.get_context("spawn")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that the OS just reported free (for process groups the tests start themselves)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -5,13 +5,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _dist import free_port
 from _float32 import f32
 from sklearn.metrics import accuracy_score, average_precision_score, roc_auc_score
 
@@ -27,12 +27,6 @@ def _example(name: str) -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _torchrun(*args: str) -> list[str]:
@@ -69,7 +63,7 @@ def test_accelerate_prepared_loader_with_sample_ids(tmp_path: Path) -> None:
     with sample_ids the value equals scikit-learn on the 10 samples, torchmetrics' does not.
     """
     pytest.importorskip("accelerate")
-    port = str(_free_port())
+    port = str(free_port())
     cmd = _torchrun("--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", port)
     cmd += [
         str(EXAMPLES / "accelerate_eval.py"),
@@ -96,7 +90,7 @@ def test_two_torchrun_agents_as_two_nodes(tmp_path: Path) -> None:
     """Torchrun --nnodes 2 --nproc-per-node 2 with c10d rendezvous on 127.0.0.1, started twice: 4 ranks on 2
     simulated nodes all report scikit-learn's AUROC and group AUC of the 101 samples.
     """
-    port = str(_free_port())
+    port = str(free_port())
     cmd = _torchrun(
         "--nnodes",
         "2",
@@ -134,7 +128,7 @@ def test_two_torchrun_agents_as_two_nodes(tmp_path: Path) -> None:
 
 def test_metric_collection_example_under_torchrun(tmp_path: Path) -> None:
     """examples/metric_collection.py on 2 ranks: one compute group, every value equal to scikit-learn's."""
-    port = str(_free_port())
+    port = str(free_port())
     cmd = _torchrun("--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", port)
     cmd += [str(EXAMPLES / "metric_collection.py"), "--num-samples", "301", "--out-dir", str(tmp_path)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
