@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import gc
 import os
+import socket
 import statistics
 import threading
 import time
@@ -85,3 +87,25 @@ def median_time(fn: Callable[[], Any], repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that the OS just reported free."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def init_gloo(rank: int, world: int, port: int) -> None:
+    """Join a gloo process group over a TCP store on 127.0.0.1 (as torchrun, Lightning and Accelerate use; a
+    FileStore polls every 10 ms in its wait), with a 600 s collective timeout.
+    """
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=600),
+    )

@@ -19,10 +19,8 @@ for ``VarlenCollection``).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import socket
 import sys
 import tempfile
 import warnings
@@ -94,13 +92,9 @@ def _rank(rank: int, world: int, port: int, n: int, batch: int, repeats: int, ou
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=600),
-    )
+    from _measure import init_gloo
+
+    init_gloo(rank, world, port)
     from _measure import median_time
 
     gen = torch.Generator().manual_seed(rank)
@@ -146,14 +140,10 @@ def _rank(rank: int, world: int, port: int, n: int, batch: int, repeats: int, ou
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def main() -> None:
     """Spawn each world size; print the exchanges and times per compute(), and the values of rank 0."""
+    from _measure import free_port
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--world-sizes", default="2,4")
     parser.add_argument("--num-samples", type=int, default=200_000)
@@ -164,7 +154,7 @@ def main() -> None:
     rows = []
     for world in [int(w) for w in args.world_sizes.split(",")]:
         with tempfile.TemporaryDirectory() as tmp:
-            spawn_args = (world, _free_port(), args.num_samples, args.batch_size, args.repeats, tmp)
+            spawn_args = (world, free_port(), args.num_samples, args.batch_size, args.repeats, tmp)
             mp.spawn(_rank, args=spawn_args, nprocs=world, join=True)
             for r in range(world):
                 with open(os.path.join(tmp, f"rank{r}.json")) as fh:

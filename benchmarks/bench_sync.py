@@ -19,10 +19,8 @@ it, per rank, against the gathered payload (``N * 5`` bytes).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import socket
 import sys
 import tempfile
 from typing import Any
@@ -48,14 +46,9 @@ def _metric(name: str) -> Any:
 def _setup(rank: int, world: int, port: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     torch.set_num_threads(1)
-    # A TCP store, as torchrun, Lightning and Accelerate use (a FileStore polls every 10 ms in its wait).
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=600),
-    )
+    from _measure import init_gloo
+
+    init_gloo(rank, world, port)
     gen = torch.Generator().manual_seed(rank)
     local = n // world
     target = torch.randint(0, 2, (local,), generator=gen)
@@ -127,15 +120,11 @@ def _memory_rank(rank: int, world: int, port: int, n: int, variant: str, out: st
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _spawn(fn: Any, world: int, *args: Any) -> list[dict[str, Any]]:
+    from _measure import free_port
+
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(fn, args=(world, _free_port(), *args, tmp), nprocs=world, join=True)
+        mp.spawn(fn, args=(world, free_port(), *args, tmp), nprocs=world, join=True)
         prefix = "time" if fn is _timing_rank else "mem"
         rows = []
         for r in range(world):
