@@ -74,10 +74,14 @@ def _worker(slot: int, tasks: Any, results: Any, port: int, tests_dir: str) -> N
         started = time.monotonic()
         store = dist.PrefixStore(f"case{case_id}/", client)
         try:
+            case = getattr(_load(path), fn_name)  # imported before the rendezvous: a fresh worker imports for seconds
             dist.init_process_group(
                 "gloo", store=store, rank=slot, world_size=world, timeout=datetime.timedelta(seconds=pg_timeout)
             )
-            value = getattr(_load(path), fn_name)(slot, world, *args)
+            # Every case starts with every rank ready, so a short sync_timeout measures the scenario, never a rank
+            # that was still importing (a worker respawned after a fault case is seconds behind the others).
+            dist.barrier()
+            value = case(slot, world, *args)
             results.put((case_id, slot, "ok", value, "", time.monotonic() - started))
         except BaseException as err:  # noqa: BLE001 - every failure goes back to the test
             text = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"

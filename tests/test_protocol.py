@@ -154,6 +154,7 @@ def case_value_travels_as_tensors(rank: int, world: int) -> dict[str, Any]:
     metric = VarlenROC(sync_timeout=TIMEOUT, compute_on_rank=1)
     part = _part(rank, world)
     metric.update(preds[part], target[part])
+    dist.barrier()  # as in _metric: only the scenario may be late
     pickled = 0
     original = dist.broadcast_object_list
 
