@@ -1,9 +1,10 @@
 """The one multi-process helper: a pool of spawned CPU ranks reused across test cases.
 
 Each case gets a fresh gloo process group (on a fresh prefix of one TCP store served by the pytest process, on a
-port the OS picked), runs a module-level function on every rank and returns its results in rank order. A case
-that does not finish in time kills the pool and fails; a rank that raises fails the case with every rank's
-traceback. Workers that died (some fault cases kill a rank on purpose) are replaced before the next case.
+port the OS picked), runs a module-level function on every rank once all of them are ready (imported and past a
+barrier) and returns its results in rank order. A case that does not finish in time kills the pool and fails; a
+rank that raises fails the case with every rank's traceback. Workers that died (some fault cases kill a rank on
+purpose) are replaced before the next case.
 """
 
 from __future__ import annotations
