@@ -18,7 +18,7 @@ import socket
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,6 +155,10 @@ class DistPool:
             if case == self._case:
                 outcomes[slot] = RankOutcome(slot, status, value, error, seconds)
         result = [outcomes[r] for r in range(world)]
+        if any(o.status == "died" for o in result):
+            # The survivors may still hold a collective that waits for the dead rank; their destroy_process_group()
+            # would block until pg_timeout (a minute, in the fault cases). Replace them: the next case respawns them.
+            self.close(range(world))
         if not allow_failure and any(o.status != "ok" for o in result):
             details = "\n".join(f"--- rank {o.rank}: {o.status}\n{o.error}" for o in result if o.status != "ok")
             msg = f"{fn.__name__} failed on {world} ranks:\n{details}"
@@ -165,9 +169,10 @@ class DistPool:
         """Like :meth:`run` but every rank must succeed; returns their values."""
         return [o.value for o in self.run(fn, world, *args, **kwargs)]
 
-    def close(self) -> None:
-        """Stop every worker (killing those that do not stop)."""
-        for slot, proc in enumerate(self._procs):
+    def close(self, slots: Iterable[int] | None = None) -> None:
+        """Stop the workers in ``slots`` (default: every worker), killing those that do not stop."""
+        for slot in range(MAX_WORLD) if slots is None else slots:
+            proc = self._procs[slot]
             if proc is None:
                 continue
             if proc.is_alive():
