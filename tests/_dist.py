@@ -13,13 +13,13 @@ import datetime
 import importlib.util
 import inspect
 import os
-import queue
 import socket
 import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from multiprocessing import connection
 from typing import Any
 
 import torch.distributed as dist
@@ -83,10 +83,10 @@ def _worker(slot: int, tasks: Any, results: Any, port: int, tests_dir: str) -> N
             # that was still importing (a worker respawned after a fault case is seconds behind the others).
             dist.barrier()
             value = case(slot, world, *args)
-            results.put((case_id, slot, "ok", value, "", time.monotonic() - started))
+            results.send((case_id, "ok", value, "", time.monotonic() - started))
         except BaseException as err:  # noqa: BLE001 - every failure goes back to the test
             text = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
-            results.put((case_id, slot, "error", None, text, time.monotonic() - started))
+            results.send((case_id, "error", None, text, time.monotonic() - started))
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()
@@ -97,8 +97,10 @@ class DistPool:
 
     def __init__(self) -> None:
         self._store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-        self._results: Any = _CTX.Queue()
         self._procs: list[Any] = [None] * MAX_WORLD
+        # One pipe per worker, which only that worker writes (a send returns once the result is in the pipe, with no
+        # lock or feeder thread), so killing a worker never blocks the others' results, and its death reads as EOF.
+        self._results: list[Any] = [None] * MAX_WORLD
         self._tasks: list[Any] = [None] * MAX_WORLD
         self._case = 0
         self._tests_dir = os.path.dirname(os.path.abspath(__file__))
@@ -108,12 +110,14 @@ class DistPool:
         if proc is not None and proc.is_alive():
             return
         self._tasks[slot] = _CTX.Queue()
+        self._results[slot], writer = _CTX.Pipe(duplex=False)
         proc = _CTX.Process(
             target=_worker,
-            args=(slot, self._tasks[slot], self._results, self._store.port, self._tests_dir),
+            args=(slot, self._tasks[slot], writer, self._store.port, self._tests_dir),
             daemon=True,
         )
         proc.start()
+        writer.close()  # the worker holds the only write end
         self._procs[slot] = proc
 
     def run(
@@ -139,21 +143,23 @@ class DistPool:
         outcomes: dict[int, RankOutcome] = {}
         deadline = time.monotonic() + timeout
         while len(outcomes) < world:
-            try:
-                case, slot, status, value, error, seconds = self._results.get(timeout=0.2)
-            except queue.Empty:
-                for slot in range(world):
+            waiting = {self._results[slot]: slot for slot in range(world) if slot not in outcomes}
+            for conn in connection.wait(list(waiting), timeout=0.2):
+                slot = waiting[conn]
+                try:
+                    case, status, value, error, seconds = conn.recv()
+                except EOFError:  # the worker died
                     proc = self._procs[slot]
-                    if slot not in outcomes and not proc.is_alive():
-                        outcomes[slot] = RankOutcome(slot, "died", error=f"exit code {proc.exitcode}")
-                if time.monotonic() > deadline and len(outcomes) < world:
-                    self.close()
-                    pending = sorted(set(range(world)) - set(outcomes))
-                    msg = f"{fn.__name__} on {world} ranks hung: ranks {pending} still running after {timeout} s"
-                    raise AssertionError(msg) from None
-                continue
-            if case == self._case:
-                outcomes[slot] = RankOutcome(slot, status, value, error, seconds)
+                    proc.join(timeout=5)
+                    outcomes[slot] = RankOutcome(slot, "died", error=f"exit code {proc.exitcode}")
+                    continue
+                if case == self._case:
+                    outcomes[slot] = RankOutcome(slot, status, value, error, seconds)
+            if time.monotonic() > deadline and len(outcomes) < world:
+                self.close()
+                pending = sorted(set(range(world)) - set(outcomes))
+                msg = f"{fn.__name__} on {world} ranks hung: ranks {pending} still running after {timeout} s"
+                raise AssertionError(msg)
         result = [outcomes[r] for r in range(world)]
         if any(o.status == "died" for o in result):
             # The survivors may still hold a collective that waits for the dead rank; their destroy_process_group()
