@@ -4,7 +4,7 @@ Each case gets a fresh gloo process group (on a fresh prefix of one TCP store se
 port the OS picked), runs a module-level function on every rank once all of them are ready (imported and past a
 barrier) and returns its results in rank order. A case that does not finish in time kills the pool and fails; a
 rank that raises fails the case with every rank's traceback. Workers that died (some fault cases kill a rank on
-purpose) are replaced before the next case.
+purpose), and the other workers of such a case, are replaced before the next case.
 """
 
 from __future__ import annotations
