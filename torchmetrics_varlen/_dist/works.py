@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-_KEPT: list[Any] = []
+_KEPT: dict[int, Any] = {}  # by id(): a kept work is alive, so its id is its own
 
 
 def keep(work: Any) -> Any:
@@ -31,14 +31,15 @@ def keep(work: Any) -> Any:
     unwaited after one fails are kept too), and :func:`~torchmetrics_varlen._dist.exchange.wait` keeps every work it
     waits for.
     """
-    if work is not None and not any(kept is work for kept in _KEPT):
-        _KEPT.append(work)
+    if work is not None:
+        _KEPT.setdefault(id(work), work)
     return work
 
 
 def release_finished() -> None:
     """At the start of a sync: drop the works of earlier syncs that completed (their backend threads are done)."""
-    _KEPT[:] = [work for work in _KEPT if not _completed(work)]
+    for key in [key for key, work in _KEPT.items() if _completed(work)]:
+        del _KEPT[key]
 
 
 def kept() -> int:
