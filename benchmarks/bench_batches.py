@@ -1,0 +1,194 @@
+"""Every batch size validation loops use: N scores fed in batches of B to this package's class and to the matching
+torchmetrics class (or collection), in the same process, on the same data.
+
+For each class and each B it prints the cost of one ``update()`` (microseconds per batch, ``validate_args`` on and
+off), of ``compute()`` after the N / B updates (milliseconds), the ratios ours / torchmetrics, and ours after B-sized
+batches / ours after the same data in one piece (what the number of ``update()`` calls costs at compute time).
+Nothing is asserted: the ratios are the result.
+
+    python benchmarks/bench_batches.py --num-samples 2000000 --batches 64,512,4096,65536 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+BATCHES = (64, 512, 4096, 65536)
+NUM_CLASSES = 10
+
+
+def _data(kind: str, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    if kind == "multiclass":
+        target = torch.randint(0, NUM_CLASSES, (n,), generator=gen)
+        logits = torch.randn(n, NUM_CLASSES, generator=gen) + 2 * torch.nn.functional.one_hot(target, NUM_CLASSES)
+        return torch.softmax(logits, dim=1), target
+    if kind == "multilabel":
+        target = torch.randint(0, 2, (n, NUM_CLASSES), generator=gen)
+        return torch.rand(n, NUM_CLASSES, generator=gen) * 0.8 + 0.2 * target, target
+    target = torch.randint(0, 2, (n,), generator=gen)
+    return torch.rand(n, generator=gen) * 0.8 + 0.2 * target, target
+
+
+def _cases() -> dict[str, tuple[str, Callable[[bool], Any], Callable[[bool], Any] | None, dict[str, Any]]]:
+    """Each class: (data kind, ours(validate_args), torchmetrics'(validate_args) or None, extra update kwargs)."""
+    import torchmetrics.classification as tmc
+    from torchmetrics import MetricCollection
+
+    import torchmetrics_varlen as tv
+
+    mc = {"num_classes": NUM_CLASSES}
+    ml = {"num_labels": NUM_CLASSES}
+    return {
+        "AUROC": ("binary", lambda v: tv.VarlenAUROC(validate_args=v), lambda v: tmc.BinaryAUROC(validate_args=v), {}),
+        "AveragePrecision": (
+            "binary",
+            lambda v: tv.VarlenAveragePrecision(validate_args=v),
+            lambda v: tmc.BinaryAveragePrecision(validate_args=v),
+            {},
+        ),
+        "MulticlassAUROC": (
+            "multiclass",
+            lambda v: tv.VarlenMulticlassAUROC(**mc, validate_args=v),
+            lambda v: tmc.MulticlassAUROC(**mc, validate_args=v),
+            {},
+        ),
+        "MultilabelAUROC": (
+            "multilabel",
+            lambda v: tv.VarlenMultilabelAUROC(**ml, validate_args=v),
+            lambda v: tmc.MultilabelAUROC(**ml, validate_args=v),
+            {},
+        ),
+        "ROC": ("binary", lambda v: tv.VarlenROC(validate_args=v), lambda v: tmc.BinaryROC(validate_args=v), {}),
+        "PrecisionRecallCurve": (
+            "binary",
+            lambda v: tv.VarlenPrecisionRecallCurve(validate_args=v),
+            lambda v: tmc.BinaryPrecisionRecallCurve(validate_args=v),
+            {},
+        ),
+        "BestF1": (
+            "binary",
+            lambda v: tv.VarlenBestF1(validate_args=v),
+            lambda v: tmc.BinaryPrecisionRecallCurve(validate_args=v),  # the curve best F1 is read from
+            {},
+        ),
+        "GroupAUROC": ("binary", lambda v: tv.VarlenGroupAUROC(validate_args=v), None, {"groups": True}),
+        "AUROC bfloat16": (
+            "binary",
+            lambda v: tv.VarlenAUROC(thresholds=torch.bfloat16, validate_args=v),
+            lambda v: tmc.BinaryAUROC(validate_args=v),
+            {},
+        ),
+        "Varlen(BinaryAUROC)": (
+            "binary",
+            lambda v: tv.Varlen(tmc.BinaryAUROC(validate_args=v)),
+            lambda v: tmc.BinaryAUROC(validate_args=v),
+            {},
+        ),
+        "VarlenCollection": (
+            "binary",
+            lambda v: tv.VarlenCollection(
+                {"auroc": tv.VarlenAUROC(validate_args=v), "ap": tv.VarlenAveragePrecision(validate_args=v)}
+            ),
+            lambda v: MetricCollection(
+                {"auroc": tmc.BinaryAUROC(validate_args=v), "ap": tmc.BinaryAveragePrecision(validate_args=v)}
+            ),
+            {},
+        ),
+    }
+
+
+def _run(make: Callable[[bool], Any], batches: list[tuple[Any, ...]], validate: bool) -> tuple[float, float]:
+    """(seconds per update, seconds of compute) for one pass over ``batches``."""
+    metric = make(validate)
+    gc.collect()
+    start = time.perf_counter()
+    for batch in batches:
+        metric.update(*batch[:2], **batch[2])
+    updated = time.perf_counter()
+    metric.compute()
+    done = time.perf_counter()
+    return (updated - start) / len(batches), done - updated
+
+
+def _median(make: Callable[[bool], Any], batches: list[tuple[Any, ...]], validate: bool, repeats: int) -> list[float]:
+    runs = [_run(make, batches, validate) for _ in range(repeats)]
+    return [statistics.median(r[i] for r in runs) for i in range(2)]
+
+
+def measure(name: str, n: int, sizes: list[int], repeats: int) -> list[dict[str, Any]]:
+    """Rows of the table for one class."""
+    kind, ours, theirs, extra = _cases()[name]
+    preds, target = _data(kind, n)
+    groups = torch.arange(n) // 50 if extra.get("groups") else None
+
+    def split(b: int) -> list[tuple[Any, ...]]:
+        out = []
+        for s in range(0, n, b):
+            kw = {"groups": groups[s : s + b]} if groups is not None else {}
+            out.append((preds[s : s + b], target[s : s + b], kw))
+        return out
+
+    whole = split(n)
+    _run(ours, split(min(sizes))[:20] or whole, True)  # warm-up: imports, lazy initialisation
+    one_piece = _median(ours, whole, False, repeats)[1]
+    rows = []
+    for b in sizes:
+        batches = split(b)
+        row: dict[str, Any] = {"class": name, "n": n, "batch": b, "one_piece_compute_s": one_piece}
+        for validate in (True, False):
+            upd, comp = _median(ours, batches, validate, repeats)
+            row[f"ours_update_s_{validate}"], row[f"ours_compute_s_{validate}"] = upd, comp
+            if theirs is not None:
+                upd, comp = _median(theirs, batches, validate, repeats)
+                row[f"tm_update_s_{validate}"], row[f"tm_compute_s_{validate}"] = upd, comp
+        rows.append(row)
+    return rows
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "   n/a" if a is None or b is None else f"{a / b:6.2f}"
+
+
+def main() -> None:
+    """Measure every class at every batch size; print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-samples", type=int, default=2_000_000)
+    parser.add_argument("--batches", default=",".join(str(b) for b in BATCHES))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--classes", default=",".join(_cases()))
+    parser.add_argument("--json", default=None, help="also write the rows to this file")
+    args = parser.parse_args()
+    sizes = [int(b) for b in args.batches.split(",")]
+    rows = [r for name in args.classes.split(",") for r in measure(name, args.num_samples, sizes, args.repeats)]
+    print(f"N = {args.num_samples:,}; update in us per batch, compute in ms; ratios ours / torchmetrics")
+    head = (
+        f"{'class':22} {'B':>6} {'upd':>8} {'tm upd':>8} {'ratio':>6} {'upd nv':>8} {'ratio':>6}"
+        f" {'compute':>9} {'tm comp':>9} {'ratio':>6} {'/1piece':>7}"
+    )
+    print(head)
+    for r in rows:
+        us, ms = 1e6, 1e3
+        tm_u, tm_c = r.get("tm_update_s_True"), r.get("tm_compute_s_True")
+        print(
+            f"{r['class']:22} {r['batch']:>6} {r['ours_update_s_True'] * us:8.1f}"
+            f" {(tm_u or float('nan')) * us:8.1f} {_ratio(r['ours_update_s_True'], tm_u)}"
+            f" {r['ours_update_s_False'] * us:8.1f} {_ratio(r['ours_update_s_False'], r.get('tm_update_s_False'))}"
+            f" {r['ours_compute_s_True'] * ms:9.1f} {(tm_c or float('nan')) * ms:9.1f}"
+            f" {_ratio(r['ours_compute_s_True'], tm_c)} {_ratio(r['ours_compute_s_True'], r['one_piece_compute_s'])}"
+        )
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
