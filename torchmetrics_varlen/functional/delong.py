@@ -200,14 +200,21 @@ def _sample_numerators(
     """A model's ranking and, per positive / per negative in sample order, its deviation numerators ``d10`` /
     ``d01`` (``V - A = d / (2mn)``, exact int64); ``None`` when a class is absent.
     """
-    ranked = _ranked(preds, target, args, with_scores=True)
+    ranked = _ranked(preds, target, args, with_scores=False)
     if ranked.sums.n_pos == 0 or ranked.sums.n_pos == ranked.sums.n_all:
         return ranked, None, None
     _, _, d10, d01, _, _ = _group_numerators(ranked.counts, ranked.sums.twice_area)
     scores, labels, _ = format_inputs(preds, target, "binary", args.ignore_index, args.normalization)
-    assert ranked.counts.scores is not None
-    distinct = ranked.counts.scores.to(torch.float64)
-    group = torch.searchsorted(distinct, scores.to(torch.float64))  # the group of every sample's score
+    # The distinct score of every sample: a sort with its permutation (sequential, unlike a search per sample). Runs
+    # of equal floats are the groups of the counts (-0.0 == +0.0, as the sort keys merge them).
+    sorted_scores, order = torch.sort(scores)
+    starts = torch.ones_like(sorted_scores, dtype=torch.bool)
+    torch.ne(sorted_scores[1:], sorted_scores[:-1], out=starts[1:])
+    del sorted_scores
+    in_order = starts.to(torch.int64).cumsum_(0).sub_(1)
+    group = torch.empty_like(in_order)
+    group[order] = in_order
+    del order, in_order
     return ranked, d10[group[labels]], d01[group[~labels]]
 
 
