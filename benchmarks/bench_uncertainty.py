@@ -31,25 +31,32 @@ def _data(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return a, b, target
 
 
+def _row(n: int, repeats: int) -> dict[str, float]:
+    """Median times at ``n`` and the ratios."""
+    a, b, target = _data(n)
+    t_auroc = median_time(lambda: auroc(a, target, validate_args=False), repeats)
+    t_interval = median_time(lambda: auroc_interval(a, target, validate_args=False), repeats)
+    t_compare = median_time(lambda: auroc_compare(a, b, target, validate_args=False), repeats)
+    return {
+        "n": n,
+        "auroc_s": t_auroc,
+        "interval_s": t_interval,
+        "compare_s": t_compare,
+        "interval_over_auroc": t_interval / t_auroc,
+        "compare_over_two_auroc": t_compare / (2 * t_auroc),
+    }
+
+
 def main() -> None:
+    """Print the times and ratios at every ``--sizes`` N."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1000000,10000000", help="comma-separated N")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print one JSON line per N")
     args = parser.parse_args()
     for n in (int(s) for s in args.sizes.split(",")):
-        a, b, target = _data(n)
-        t_auroc = median_time(lambda: auroc(a, target, validate_args=False), args.repeats)
-        t_interval = median_time(lambda: auroc_interval(a, target, validate_args=False), args.repeats)
-        t_compare = median_time(lambda: auroc_compare(a, b, target, validate_args=False), args.repeats)
-        row = {
-            "n": n,
-            "auroc_s": t_auroc,
-            "interval_s": t_interval,
-            "compare_s": t_compare,
-            "interval_over_auroc": t_interval / t_auroc,
-            "compare_over_two_auroc": t_compare / (2 * t_auroc),
-        }
+        row = _row(n, args.repeats)
+        t_auroc, t_interval, t_compare = row["auroc_s"], row["interval_s"], row["compare_s"]
         if args.json:
             print(json.dumps(row))
         else:
