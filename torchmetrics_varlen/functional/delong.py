@@ -37,6 +37,12 @@ class AUROCInterval(NamedTuple):
         lower: ``value - z * std`` (float64, not clipped to [0, 1]), ``z`` the normal quantile of ``(1 + level) / 2``.
         upper: ``value + z * std`` (float64, not clipped).
         std: DeLong's standard error (float64).
+
+    Example:
+        >>> from torch import tensor
+        >>> value, lower, upper, std = auroc_interval(tensor([0.9, 0.5, 0.5, 0.1]), tensor([1, 1, 0, 0]), level=0.9)
+        >>> round(float(upper - lower), 4)  # 2 * 1.6449 * sqrt(1/32)
+        0.5815
     """
 
     value: Tensor
@@ -56,6 +62,14 @@ class AUROCComparison(NamedTuple):
         upper: Upper end (float64, not clipped).
         z: ``difference / std`` of the difference (float64).
         p_value: Two-sided p-value of "no difference" (float64).
+
+    Example:
+        >>> from torch import tensor
+        >>> result = auroc_compare(tensor([0.9, 0.5, 0.5, 0.1]), tensor([0.9, 0.6, 0.5, 0.1]), tensor([1, 1, 0, 0]))
+        >>> result.auroc_a, result.auroc_b
+        (tensor(0.8750), tensor(1.))
+        >>> round(float(result.p_value), 4)  # erfc(1/2)
+        0.4795
     """
 
     auroc_a: Tensor
