@@ -84,22 +84,28 @@ def threshold_tensor(thresholds: Thresholds, device: torch.device | None = None)
     return thresholds.to(device) if device is not None else thresholds
 
 
-def binned_confmat(preds: Tensor, target: Tensor, thresholds: Tensor) -> Tensor:
+def binned_confmat(preds: Tensor, target: Tensor, thresholds: Tensor, weight: Tensor | None = None) -> Tensor:
     """Multi-threshold confusion matrix ``[T, 2, 2]`` (``[t, target, pred >= thr]``) in int64, as torchmetrics lays
-    it out: one ``bucketize`` and two ``bincount`` calls instead of a ``[N, T]`` comparison.
+    it out: one ``bucketize`` and two ``bincount`` calls instead of a ``[N, T]`` comparison. With ``weight`` (one
+    non-negative weight per score) the entries are float64 sums of weights (sample weights).
     """
     n_thr = thresholds.numel()
     sorted_thr, thr_order = torch.sort(thresholds.to(torch.float64))
     # Number of thresholds <= score: the score is ">= thr" for exactly the first `bucket` sorted thresholds.
     bucket = torch.bucketize(preds.to(torch.float64), sorted_thr, right=True)
     positive = target.reshape(-1).to(torch.bool)
-    pos_hist = torch.bincount(bucket[positive], minlength=n_thr + 1)
-    neg_hist = torch.bincount(bucket[~positive], minlength=n_thr + 1)
+    if weight is None:
+        pos_hist = torch.bincount(bucket[positive], minlength=n_thr + 1)
+        neg_hist = torch.bincount(bucket[~positive], minlength=n_thr + 1)
+    else:
+        w = weight.reshape(-1).to(device=bucket.device, dtype=torch.float64)
+        pos_hist = torch.bincount(bucket[positive], weights=w[positive], minlength=n_thr + 1)
+        neg_hist = torch.bincount(bucket[~positive], weights=w[~positive], minlength=n_thr + 1)
     # Predicted positive at sorted threshold i: buckets i+1 .. T.
     tp_sorted = torch.flip(torch.cumsum(torch.flip(pos_hist, [0]), 0), [0])[1:]
     fp_sorted = torch.flip(torch.cumsum(torch.flip(neg_hist, [0]), 0), [0])[1:]
     n_pos, n_neg = pos_hist.sum(), neg_hist.sum()
-    confmat = torch.empty((n_thr, 2, 2), dtype=torch.int64, device=preds.device)
+    confmat = torch.empty((n_thr, 2, 2), dtype=pos_hist.dtype, device=preds.device)
     confmat[thr_order, 1, 1] = tp_sorted
     confmat[thr_order, 0, 1] = fp_sorted
     confmat[thr_order, 1, 0] = n_pos - tp_sorted

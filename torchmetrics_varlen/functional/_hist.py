@@ -30,22 +30,27 @@ def values_of(bins: Tensor, dtype: torch.dtype) -> Tensor:
     return bits.view(dtype)
 
 
-def histogram(preds: Tensor, positives: Tensor, dtype: torch.dtype) -> Tensor:
+def histogram(preds: Tensor, positives: Tensor, dtype: torch.dtype, weight: Tensor | None = None) -> Tensor:
     """``(2, 65536)`` int64 counts of the raw bit patterns of the rounded scores: row 0 negatives, row 1 positives.
 
     Counting raw patterns is one pass and one ``bincount``; the order of the values is applied to the 65,536 bins
-    at compute time (:func:`counts_from_histogram`).
+    at compute time (:func:`counts_from_histogram`). With ``weight`` (one non-negative weight per score) the bins
+    hold float64 sums of weights instead (sample weights; a bin of zero weight counts as empty).
     """
     key = preds.to(dtype).view(torch.int16).to(torch.int32)
     key.bitwise_and_(BINS - 1)
     key.add_(positives.reshape(-1).to(torch.bool), alpha=BINS)
+    if weight is not None:
+        weights = weight.reshape(-1).to(device=key.device, dtype=torch.float64)
+        return torch.bincount(key, weights=weights, minlength=2 * BINS).view(2, BINS)
     return torch.bincount(key, minlength=2 * BINS).view(2, BINS)
 
 
 def counts_from_histogram(hist: Tensor, dtype: torch.dtype, with_scores: bool = False) -> Counts:
     """Cumulative counts at the non-empty values, as :func:`~torchmetrics_varlen.functional._sort.ascending_counts`.
 
-    The raw-pattern histogram is first put in value order (``-0.0`` joins ``+0.0``).
+    The raw-pattern histogram is first put in value order (``-0.0`` joins ``+0.0``). A weighted (float64)
+    histogram gives float64 sums of weights, as :func:`~torchmetrics_varlen.functional._weighted.weighted_counts`.
     """
     order = bins_of(torch.arange(BINS, dtype=torch.int64, device=hist.device))
     ordered = torch.zeros_like(hist).index_add_(1, order, hist)

@@ -5,10 +5,16 @@ from __future__ import annotations
 from torch import Tensor
 
 from torchmetrics_varlen._checks import Average, Normalization, RankingArgs, Thresholds
-from torchmetrics_varlen.functional._count import Problem, batch_problems
+from torchmetrics_varlen.functional._count import Binned, Problem, batch_problems
 from torchmetrics_varlen.functional._ranking import as_output, auroc_from_sums, binned_auroc, partial_auroc
 from torchmetrics_varlen.functional._reduce import RankStatistic, SumsNeeded, reduce_problems
 from torchmetrics_varlen.functional._tasks import Split
+from torchmetrics_varlen.functional._weighted import (
+    WeightedProblem,
+    reduce_weighted,
+    weighted_batch_problems,
+    weighted_partial_auroc,
+)
 
 AUROC = RankStatistic(
     name="AUROC",
@@ -26,6 +32,16 @@ def _compute(problems: list[Problem], split: Split, max_fpr: float | None) -> Te
     return reduce_problems(problems, split, AUROC)
 
 
+def _compute_weighted(problems: list[WeightedProblem], split: Split, max_fpr: float | None) -> Tensor:
+    """Weighted AUROC of counted problems (float64 counts), reduced by ``split.average``."""
+    if max_fpr is not None and max_fpr != 1:
+        problem = problems[0]
+        if isinstance(problem, Binned):
+            return as_output(binned_auroc(problem.confmat, problem.thresholds, max_fpr))
+        return as_output(weighted_partial_auroc(problem, max_fpr))
+    return reduce_weighted(problems, split, "auroc")
+
+
 def auroc(
     preds: Tensor,
     target: Tensor,
@@ -39,6 +55,7 @@ def auroc(
     ignore_index: int | None = None,
     validate_args: bool = True,
     normalization: Normalization = "sigmoid",
+    sample_weight: Tensor | None = None,
 ) -> Tensor:
     r"""Area under the ROC curve, exact by default, for binary, multiclass and multilabel tasks.
 
@@ -64,6 +81,11 @@ def auroc(
     Classes / labels without positive or without negative samples have no AUROC: ``average="none"`` gives NaN
     for them and the other averages leave them out (warning).
 
+    ``sample_weight`` (one non-negative finite weight per sample) gives scikit-learn's weighted AUROC
+    (``roc_auc_score(..., sample_weight=...)``): every count becomes a sum of weights (float64), samples of
+    weight 0 are left out, ties still form one step. Multiclass / multilabel: a sample's weight applies to every
+    class / label of it, and ``average="weighted"`` weighs each class by the weight of its positives.
+
     Args:
         preds: Scores, see above.
         target: Labels, see above.
@@ -79,6 +101,8 @@ def auroc(
         validate_args: Check arguments and inputs.
         normalization: ``"sigmoid"`` (default), ``"softmax"`` (only for scores in [0, 1] in the binary task) or
             ``None`` (keep raw scores); see above.
+        sample_weight: Optional weights, shape of ``target`` (binary, multiclass), of ``target`` without the label
+            dimension (multilabel), or ``(N,)`` for one weight per sample of multi-dimensional inputs.
 
     Returns:
         A float32 tensor (torchmetrics' dtype; computed exactly, rounded once): a scalar, or one value per class /
@@ -86,12 +110,15 @@ def auroc(
         torchmetrics does.
 
     Raises:
-        ValueError: On invalid arguments, mismatched shapes, non-finite scores or labels out of range.
+        ValueError: On invalid arguments, mismatched shapes, non-finite scores, labels out of range, or negative /
+            non-finite weights.
 
     Example:
         >>> from torch import tensor
         >>> auroc(tensor([0.1, 0.4, 0.35, 0.8]), tensor([0, 0, 1, 1]))
         tensor(0.7500)
+        >>> auroc(tensor([0.1, 0.4, 0.35, 0.8]), tensor([0, 0, 1, 1]), sample_weight=tensor([1.0, 3.0, 1.0, 1.0]))
+        tensor(0.6250)
         >>> auroc(tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6], [0.3, 0.4, 0.3]]),
         ...       tensor([0, 1, 2, 1]), task="multiclass", num_classes=3)
         tensor(1.)
@@ -99,5 +126,9 @@ def auroc(
     args = RankingArgs(task, num_classes, num_labels, average, thresholds, ignore_index, normalization, max_fpr)
     if validate_args:
         args.validate(preds, target)
+    if sample_weight is not None:
+        return _compute_weighted(
+            weighted_batch_problems(preds, target, sample_weight, args), Split(task, average), max_fpr
+        )
     problems = batch_problems(preds, target, args, with_scores=max_fpr is not None)
     return _compute(problems, Split(task, average), max_fpr)

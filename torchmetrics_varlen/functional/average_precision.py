@@ -9,6 +9,7 @@ from torchmetrics_varlen.functional._count import batch_problems
 from torchmetrics_varlen.functional._ranking import average_precision_from_sums, binned_average_precision
 from torchmetrics_varlen.functional._reduce import RankStatistic, SumsNeeded, reduce_problems
 from torchmetrics_varlen.functional._tasks import Split
+from torchmetrics_varlen.functional._weighted import reduce_weighted, weighted_batch_problems
 
 AVERAGE_PRECISION = RankStatistic(
     name="Average precision",
@@ -31,6 +32,7 @@ def average_precision(
     ignore_index: int | None = None,
     validate_args: bool = True,
     normalization: Normalization = "sigmoid",
+    sample_weight: Tensor | None = None,
 ) -> Tensor:
     r"""Average precision, exact by default, for binary, multiclass and multilabel tasks.
 
@@ -40,6 +42,8 @@ def average_precision(
     from integer counts accumulated in float64 and rounded once to float32.
     With ``thresholds`` the binned approximation of torchmetrics is returned instead. Classes / labels without
     positive samples have no AP: NaN with ``average="none"``, left out of the other averages (warning).
+    ``sample_weight`` gives scikit-learn's weighted ``average_precision_score`` (see
+    :func:`~torchmetrics_varlen.functional.auroc` for shapes and rules).
 
     Args:
         preds: Scores.
@@ -54,6 +58,8 @@ def average_precision(
         validate_args: Check arguments and inputs.
         normalization: ``"sigmoid"`` (default), ``"softmax"`` (only for scores in [0, 1] in the binary task) or
             ``None`` (keep raw scores), as torchmetrics' ``normalization``.
+        sample_weight: Optional non-negative weights, one per sample (shapes: see
+            :func:`~torchmetrics_varlen.functional.auroc`).
 
     Returns:
         A float32 tensor (torchmetrics' dtype; computed exactly, rounded once): a scalar, or one value per class /
@@ -61,15 +67,21 @@ def average_precision(
         torchmetrics does.
 
     Raises:
-        ValueError: On invalid arguments, mismatched shapes, non-finite scores or labels out of range.
+        ValueError: On invalid arguments, mismatched shapes, non-finite scores, labels out of range, or negative /
+            non-finite weights.
 
     Example:
         >>> from torch import tensor
         >>> average_precision(tensor([0.1, 0.4, 0.35, 0.8]), tensor([0, 0, 1, 1]))
         tensor(0.8333)
+        >>> average_precision(tensor([0.1, 0.4, 0.35, 0.8]), tensor([0, 0, 1, 1]),
+        ...                   sample_weight=tensor([1.0, 3.0, 1.0, 1.0]))
+        tensor(0.7000)
     """
     args = RankingArgs(task, num_classes, num_labels, average, thresholds, ignore_index, normalization)
     if validate_args:
         args.validate(preds, target)
+    if sample_weight is not None:
+        return reduce_weighted(weighted_batch_problems(preds, target, sample_weight, args), Split(task, average), "ap")
     problems = batch_problems(preds, target, args, with_scores=False)
     return reduce_problems(problems, Split(task, average), AVERAGE_PRECISION)

@@ -13,6 +13,7 @@ from torchmetrics_varlen.functional._count import Binned, Problem, batch_problem
 from torchmetrics_varlen.functional._ranking import _NO_POSITIVES_PR, as_output, descending, roc_from_counts, safe_ratio
 from torchmetrics_varlen.functional._sort import Counts, materialize
 from torchmetrics_varlen.functional._tasks import Split
+from torchmetrics_varlen.functional._weighted import weighted_batch_problems, weighted_rates
 
 Curve = tuple[Tensor, Tensor, Tensor] | tuple[list[Tensor], list[Tensor], list[Tensor]]
 CurveAverage = Literal["micro", "macro"] | None
@@ -20,14 +21,15 @@ CurveAverage = Literal["micro", "macro"] | None
 
 def _exact_roc(counts: Counts) -> tuple[Tensor, Tensor, Tensor]:
     fps, tps, thr = descending(counts)
-    fpr, tpr = roc_from_counts(fps, tps)
+    # Floating counts are sums of sample weights (their totals need not be whole numbers).
+    fpr, tpr = weighted_rates(fps, tps) if fps.is_floating_point() else roc_from_counts(fps, tps)
     return as_output(fpr), as_output(tpr), torch.cat([thr.new_ones(1), thr])
 
 
 def _exact_pr(counts: Counts) -> tuple[Tensor, Tensor, Tensor]:
     fps, tps, thr = descending(counts)
     precision = safe_ratio(tps, tps + fps, float("nan"))
-    if tps.numel() == 0 or int(tps[-1]) == 0:
+    if tps.numel() == 0 or float(tps[-1]) <= 0:
         warnings.warn(_NO_POSITIVES_PR, UserWarning, stacklevel=4)
         recall = torch.ones_like(precision)
     else:
@@ -93,9 +95,14 @@ def _compute(kind: str, problems: list[Problem], split: Split) -> Curve:
     return [c[0] for c in curves], [c[1] for c in curves], [c[2] for c in curves]
 
 
-def _curve(kind: str, preds: Tensor, target: Tensor, args: RankingArgs, validate_args: bool) -> Curve:
+def _curve(
+    kind: str, preds: Tensor, target: Tensor, args: RankingArgs, validate_args: bool, sample_weight: Tensor | None
+) -> Curve:
     if validate_args:
         args.validate(preds, target, averages=CURVE_AVERAGES)
+    if sample_weight is not None:
+        weighted: list[Problem] = list(weighted_batch_problems(preds, target, sample_weight, args))
+        return _compute(kind, weighted, Split(args.task, args.average))
     return _compute(kind, batch_problems(preds, target, args), Split(args.task, args.average))
 
 
@@ -111,6 +118,7 @@ def roc(
     ignore_index: int | None = None,
     validate_args: bool = True,
     normalization: Normalization = "sigmoid",
+    sample_weight: Tensor | None = None,
 ) -> Curve:
     r"""The ROC curve ``(fpr, tpr, thresholds)``, exact by default, with torchmetrics' conventions.
 
@@ -136,12 +144,16 @@ def roc(
         validate_args: Check arguments and inputs.
         normalization: ``"sigmoid"`` (default), ``"softmax"`` (only for scores in [0, 1] in the binary task) or
             ``None`` (keep raw scores), as torchmetrics' ``normalization``.
+        sample_weight: Optional non-negative weights, one per sample (shapes: see
+            :func:`~torchmetrics_varlen.functional.auroc`): the counts become sums of weights, as scikit-learn's
+            curves with ``sample_weight`` (samples of weight 0 add no point).
 
     Returns:
         ``(fpr, tpr, thresholds)``.
 
     Raises:
-        ValueError: On invalid arguments, mismatched shapes, non-finite scores or labels out of range.
+        ValueError: On invalid arguments, mismatched shapes, non-finite scores, labels out of range, or negative /
+            non-finite weights.
 
     Example:
         >>> from torch import tensor
@@ -154,7 +166,7 @@ def roc(
         tensor([1.0000, 0.8000, 0.4000, 0.3500, 0.1000])
     """
     args = RankingArgs(task, num_classes, num_labels, average, thresholds, ignore_index, normalization)
-    return _curve("roc", preds, target, args, validate_args)
+    return _curve("roc", preds, target, args, validate_args, sample_weight)
 
 
 def precision_recall_curve(
@@ -169,6 +181,7 @@ def precision_recall_curve(
     ignore_index: int | None = None,
     validate_args: bool = True,
     normalization: Normalization = "sigmoid",
+    sample_weight: Tensor | None = None,
 ) -> Curve:
     r"""The precision-recall curve ``(precision, recall, thresholds)``, exact by default, as torchmetrics returns it.
 
@@ -192,12 +205,16 @@ def precision_recall_curve(
         validate_args: Check arguments and inputs.
         normalization: ``"sigmoid"`` (default), ``"softmax"`` (only for scores in [0, 1] in the binary task) or
             ``None`` (keep raw scores), as torchmetrics' ``normalization``.
+        sample_weight: Optional non-negative weights, one per sample (shapes: see
+            :func:`~torchmetrics_varlen.functional.auroc`): the counts become sums of weights, as scikit-learn's
+            curves with ``sample_weight`` (samples of weight 0 add no point).
 
     Returns:
         ``(precision, recall, thresholds)``.
 
     Raises:
-        ValueError: On invalid arguments, mismatched shapes, non-finite scores or labels out of range.
+        ValueError: On invalid arguments, mismatched shapes, non-finite scores, labels out of range, or negative /
+            non-finite weights.
 
     Example:
         >>> from torch import tensor
@@ -210,4 +227,4 @@ def precision_recall_curve(
         tensor([0.1000, 0.3500, 0.4000, 0.8000])
     """
     args = RankingArgs(task, num_classes, num_labels, average, thresholds, ignore_index, normalization)
-    return _curve("pr", preds, target, args, validate_args)
+    return _curve("pr", preds, target, args, validate_args, sample_weight)
