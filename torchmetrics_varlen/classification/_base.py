@@ -12,8 +12,9 @@ No ``from __future__ import annotations`` here: ``torch.jit.script(metric)`` rea
 ``_VarlenMetric`` to type the module's attributes, and TorchScript cannot resolve annotations kept as strings.
 """
 
+import functools
 import math
-import warnings
+from collections.abc import Callable
 from typing import Any, cast
 
 import torch
@@ -32,10 +33,11 @@ from torchmetrics_varlen._checks import (
     validate_sync_args,
     validate_task_args,
 )
-from torchmetrics_varlen._dedup import SyncReport, dedup_by_id, sampler_kept_rows
+from torchmetrics_varlen._dedup import SyncReport, dedup_by_id
 from torchmetrics_varlen._dist.exchange import CheckedIn
 from torchmetrics_varlen._dist.group import distributed_available as group_initialised
 from torchmetrics_varlen._dist.group import group_position
+from torchmetrics_varlen._ledger import Ledger
 from torchmetrics_varlen.classification._sharded import compute_sharded
 from torchmetrics_varlen.classification._sync import _COUNTERS, SHARED_SYNCS, _SyncedMetric
 from torchmetrics_varlen.functional._count import Mode, Problem, count, counted_problems, empty_state, threshold_tensor
@@ -168,7 +170,7 @@ class _VarlenMetric(_SyncedMetric):
             "compute_sharded": compute_sharded,
             **(config or {}),
         }
-        self._position = 0  # host copy of rows_seen + rejected: the sampler position of the next row
+        self._ledger = Ledger(type(self).__name__, dataset_size, ("rows_seen", "padding_dropped", "rejected"))
         self._in_forward = False
         self._init_sync(sync_key)
 
@@ -219,18 +221,14 @@ class _VarlenMetric(_SyncedMetric):
         start: int | None,
     ) -> None:
         """Validate, drop sampler padding, format and append (or count) one batch; all or nothing."""
-        start = self._position if start is None else start
+        start = self._ledger.position(self) if start is None else start
         self._validate_batch(preds, target, sample_ids, extras, start)
         SHARED_SYNCS.clear()
         rows = preds.shape[0] if preds.ndim else 1
-        padding = 0
-        if self.dataset_size is not None and sample_ids is None:
-            rank, world = self._group_position()
-            padding = rows - sampler_kept_rows(start, rows, rank, world, self.dataset_size)
-            if padding:
-                keep = rows - padding
-                preds, target = preds[:keep], target[:keep]
-                extras = {k: v[:keep] for k, v in extras.items()}
+        keep = rows if sample_ids is not None else self._ledger.kept_rows(start, rows, self.process_group)
+        if keep < rows:
+            preds, target = preds[:keep], target[:keep]
+            extras = {k: v[:keep] for k, v in extras.items()}
         shape = self._sample_shape(preds, target)
         per_row = dict(extras)
         if sample_ids is not None:
@@ -253,9 +251,7 @@ class _VarlenMetric(_SyncedMetric):
         # Out of place on purpose: a metric pickled to spawned processes (Lightning's ddp_spawn) can share its tensor
         # states' storage across ranks, and an in-place add would then count every rank's samples on every rank.
         self.num_samples = self.num_samples + scores.shape[0]
-        self.rows_seen = self.rows_seen + rows
-        self.padding_dropped = self.padding_dropped + padding
-        self._position = start + rows
+        self._ledger.accept(self, start, rows, keep)
 
     def _validate_batch(
         self, preds: Tensor, target: Tensor, sample_ids: Tensor | None, extras: dict[str, Tensor], start: int
@@ -271,36 +267,26 @@ class _VarlenMetric(_SyncedMetric):
                 shape = self._sample_shape(preds, target)
                 if sample_ids is not None:
                     validate_sample_ids(sample_ids, shape)
+                    self._ledger.check_ids(sample_ids)
                 for name, values in extras.items():
                     validate_sample_ids(values, shape, name=name, non_negative=False)
-            self._check_dedup_mode(sample_ids)
+            if sample_ids is not None and self._summed is not None:
+                msg = (
+                    f"{type(self).__name__}: `sample_ids` need the exact mode (thresholds=None), because the binned"
+                    " and 16-bit modes keep only counts. Use `dataset_size=` to drop DistributedSampler padding there."
+                )
+                raise ValueError(msg)
+            self._ledger.check_mode(self._dedup_mode(), sample_ids is not None)
         except (ValueError, TypeError):
             self._update_count -= 1  # the failed call must not count as an update either
             rows = (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
-            self._position = start + rows
-            self.rejected = self.rejected + rows
+            self._ledger.reject(self, start, rows)
             raise
-
-    def _check_dedup_mode(self, sample_ids: Tensor | None) -> None:
-        if sample_ids is not None and self._summed is not None:
-            msg = (
-                f"{type(self).__name__}: `sample_ids` need the exact mode (thresholds=None), because the binned and"
-                " 16-bit modes keep only counts. Use `dataset_size=` to drop DistributedSampler padding there."
-            )
-            raise ValueError(msg)
-        mode, new = self._dedup_mode(), "none" if sample_ids is None else "ids"
-        if mode is not None and mode != new:
-            msg = (
-                f"{type(self).__name__}: this update {'has' if new == 'ids' else 'has no'} `sample_ids` but earlier"
-                f" updates {'had' if mode == 'ids' else 'had none'}. Pass `sample_ids` with every update or with none"
-                " (call reset() to switch)."
-            )
-            raise ValueError(msg)
 
     @torch.jit.unused
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Update with the batch and return its own value; sampler positions continue from the global state."""
-        kwargs.setdefault("_start", self._position)
+        kwargs.setdefault("_start", self._ledger.position(self))
         self._in_forward = True  # the batch value is not an evaluation of the data set: no report, no warning
         try:
             return super().forward(*args, **kwargs)
@@ -310,14 +296,31 @@ class _VarlenMetric(_SyncedMetric):
     def reset(self) -> None:
         """Forget every sample (``forward`` resets internally too: it passes the position explicitly)."""
         super().reset()
-        self._position = 0
+        if not self._in_forward:  # forward keeps the epoch's sampler positions (it passes the start itself)
+            self._ledger.reset()
         SHARED_SYNCS.clear()
 
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        self._ledger.save(self, destination, prefix, self._persistent["rows_seen"])
+
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        self._ledger.load(self, state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        self._position = int(self.rows_seen) + int(self.rejected)
-        if self._position and not self._update_count:
+        if any(self._ledger.counts(self)) and not self._update_count:
             self._update_count = 1  # loaded states are updates: compute() must not warn that none happened
+
+    def _wrap_compute(self, compute: Callable[..., Any]) -> Callable[..., Any]:
+        wrapped = super()._wrap_compute(compute)
+
+        @functools.wraps(compute)
+        def compute_and_report(*args: Any, **kwargs: Any) -> Any:
+            value = wrapped(*args, **kwargs)
+            if not self._in_forward:
+                self._ledger.warn(self.sync_report)  # on every rank (compute_on_rank: the broadcast report)
+            return value
+
+        return compute_and_report
 
     # ------------------------------------------------------------------ compute
 
@@ -350,7 +353,7 @@ class _VarlenMetric(_SyncedMetric):
             self._report(None)
             return {name: self._pieces(name) for name in names}
         rows = {name: torch.cat(self._pieces(name)) for name in (*names, "ids", "ids_sub")}
-        keep = dedup_by_id(rows["ids"], rows["ids_sub"], rows["target"])
+        keep = dedup_by_id(rows["ids"], rows["ids_sub"], rows["target"], rows["preds"])
         kept_ids = rows["ids"][keep]
         self._report(int(kept_ids.numel() and 1 + torch.count_nonzero(kept_ids[1:] != kept_ids[:-1])))
         return {name: [rows[name][keep]] for name in names}
@@ -368,38 +371,12 @@ class _VarlenMetric(_SyncedMetric):
         if self._in_forward:
             return
         synced = self._is_synced or info is not None
-        if info is None:
-            info = self._synced_info if self._is_synced and self._synced_info else [self._local_info()]
-        seen = tuple(i["rows_seen"] for i in info)
-        padding = sum(i["padding_dropped"] for i in info)
-        rejected = sum(i["rejected"] for i in info)
-        received = sum(seen) - padding
-        kept = received if kept_samples is None else kept_samples
-        partial = not synced and self._group_position()[1] > 1  # sync_on_compute=False: a local view
-        missing = None if self.dataset_size is None or partial else max(0, self.dataset_size - kept)
-        self.sync_report = SyncReport(
-            world_size=len(info),
-            seen_per_rank=seen,
-            received=received,
-            duplicates_dropped=padding + received - kept,
-            kept=kept,
-            missing=missing,
-            rejected=rejected,
-        )
-        rank = self._group_position()[0] if synced else 0
-        if missing and rank == (self.compute_on_rank or 0):
-            warnings.warn(
-                f"{type(self).__name__}: dataset_size={self.dataset_size} but only {kept} samples were evaluated:"
-                f" {missing} were never seen"
-                + (f" ({rejected} rows were in batches that update() rejected)." if rejected else ".")
-                + " A DistributedSampler with drop_last=True drops the tail of the data set; use drop_last=False"
-                " (the padding it adds is removed exactly) to evaluate every sample.",
-                UserWarning,
-                stacklevel=3,
-            )
+        if info is None and self._is_synced and self._synced_info:
+            info = self._synced_info
+        self.sync_report = self._ledger.report(self, info, kept_samples, synced=synced)
 
     def _local_info(self) -> dict[str, int]:
-        info = {key: int(getattr(self, key)) for key in ("rows_seen", "padding_dropped", "rejected")}
+        info = self._ledger.info(self)
         if self.compute_sharded:
             # Compact sort keys only if every rank's scores fit: the keys of all ranks meet in one all-to-all.
             info["compact"] = int(fits_compact(self._pieces("preds")))
