@@ -186,7 +186,7 @@ class Ledger:
             " with drop_last=True (it drops the tail; drop_last=False pads instead, and the padding is removed"
             " exactly), or a rank that skipped batches. Raised once per epoch (until reset()).",
             UserWarning,
-            stacklevel=stacklevel + 1,
+            stacklevel=stacklevel,
         )
 
     # ------------------------------------------------------------------ checkpoints

@@ -188,13 +188,17 @@ class Varlen(GuardedMetric):
         ledger = self._ledger
         start, rows = ledger.position(self), batch_rows(args, kwargs)
         kept, ids = rows, None
-        if sample_ids is not None:
-            ids = check_sample_ids(sample_ids, rows, self.metric).to(self.varlen_rows.device)
-            ledger.check_ids(ids)
-        else:
+        try:
+            if sample_ids is not None:
+                ids = check_sample_ids(sample_ids, rows, self.metric).to(self.varlen_rows.device)
+                ledger.check_ids(ids)
+            ledger.check_mode(self._dedup_mode(), ids is not None)
+        except ValueError:
+            ledger.reject(self, start, rows)
+            raise
+        if ids is None:
             kept = ledger.kept_rows(start, rows, self.process_group)
             args, kwargs = cut_batch(args, kwargs, rows, kept)
-        ledger.check_mode(self._dedup_mode(), ids is not None)
         before = {name: len(value) for name, value in list_states(self.metric).items()}
         count = self.metric._update_count
         try:
