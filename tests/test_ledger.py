@@ -75,7 +75,7 @@ def test_missing_counts_distinct_ids_in_ids_mode(kind: str) -> None:
 def test_never_seen_warning_names_the_causes_once_per_epoch_at_the_callers_line(kind: str) -> None:
     metric = _makers()[kind](12)
     metric.update(*_batch(kind, slice(0, 8)))  # a partial pass, e.g. Lightning's sanity check
-    with pytest.warns(UserWarning) as record:
+    with pytest.warns(UserWarning, match="never seen") as record:
         metric.compute()
     assert len(record) == 1
     text = str(record[0].message)
