@@ -113,6 +113,7 @@ class VarlenCollection(MetricCollection):
     def _take(self, args: tuple[Any, ...], kwargs: dict[str, Any], call: Any) -> Any:
         """Drop the batch's sampler padding (the ledger's rule) and pass it to ``call``; ``{}`` if all padding."""
         ledger, ids = self._ledger, kwargs.get("sample_ids")
+        self._ledger_info = None  # new rows: the last joint sync's counters are stale
         start, rows = ledger.position(self), batch_rows(args, kwargs)
         try:
             ledger.check_mode(self._mode, ids is not None)
@@ -159,14 +160,13 @@ class VarlenCollection(MetricCollection):
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
         self._ledger.load(self, state_dict, prefix)
-        self._mode = None
+        self._mode, self._ledger_info = None, None
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     # ------------------------------------------------------------------ the joint sync
 
     def compute(self) -> dict[str, Any]:
         """Every metric's value, after one joint sync of all of their states."""
-        self._ledger_info = None
         members = self._sync_members()
         try:
             values = super().compute()
