@@ -91,7 +91,7 @@ def test_every_metric_gives_its_single_process_value(
             result = got[case.name]
             assert result["value"] == pytest.approx(expected[case.name], abs=case.abs_tol, nan_ok=True), case.name
             assert result["kept"] == len(evaluated), case.name
-            missing = len(evaluated) < N and rank == 0
+            missing = len(evaluated) < N  # the warning is raised on every rank
             assert bool(result["warnings"]) == missing, case.name
 
 
