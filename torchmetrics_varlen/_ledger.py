@@ -15,8 +15,9 @@ over the samples not dealt yet.
 
 from __future__ import annotations
 
+import functools
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -209,6 +210,21 @@ class Ledger:
         if self.counters is None:
             self.own = counts
         self._position_of = None
+
+
+def warning_compute(host: Any, compute: Callable[..., Any]) -> Callable[..., Any]:
+    """``compute`` (torchmetrics' wrapped one), then the host ledger's "never seen" warning, on every rank, pointing at
+    the caller of ``compute()`` (not inside ``forward``: a batch value is not an evaluation of the data set).
+    """
+
+    @functools.wraps(compute)
+    def compute_and_report(*args: Any, **kwargs: Any) -> Any:
+        value = compute(*args, **kwargs)
+        if not getattr(host, "_in_forward", False):
+            host._ledger.warn(host.sync_report)  # stacklevel 3: warn <- compute_and_report <- the caller
+        return value
+
+    return compute_and_report
 
 
 def _merge(values: list[Any], reduction: Any) -> Any:

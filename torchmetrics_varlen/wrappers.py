@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +22,7 @@ from torchmetrics_varlen._intake import (
     list_states,
     wrappable,
 )
-from torchmetrics_varlen._ledger import Ledger
+from torchmetrics_varlen._ledger import Ledger, warning_compute
 from torchmetrics_varlen._states import as_rows, decode_state, dedup_states, encode_state, local_state
 
 _OWN: tuple[str, str, str, str] = ("varlen_ids", "varlen_rows", "varlen_padding", "varlen_rejected")
@@ -264,15 +263,7 @@ class Varlen(GuardedMetric):
         self.sync_report = self._ledger.report(self, info, kept, synced=synced)
 
     def _wrap_compute(self, compute: Callable[..., Any]) -> Callable[..., Any]:
-        wrapped = super()._wrap_compute(compute)
-
-        @functools.wraps(compute)
-        def compute_and_report(*args: Any, **kwargs: Any) -> Any:
-            value = wrapped(*args, **kwargs)
-            self._ledger.warn(self.sync_report)
-            return value
-
-        return compute_and_report
+        return warning_compute(self, super()._wrap_compute(compute))
 
     def compute(self) -> Any:
         """The wrapped metric's value on every rank's samples (after the sync torchmetrics' wrapper runs)."""

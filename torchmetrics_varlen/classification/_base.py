@@ -1,9 +1,8 @@
 """The state handling, dedup and synchronisation shared by every metric of the package.
 
-A metric keeps one row per sample in list states (exact mode) or a summed state (binned confusion matrices, 16-bit
-histograms): its :class:`~torchmetrics_varlen.functional._count.Mode`, decided once in the constructor. ``update``
-validates, drops sampler padding, formats and appends (or adds); ``compute`` runs after one guarded sync, drops
-duplicate ids and hands the counted problems to the functional core.
+A metric keeps one row per sample in list states (exact mode) or a summed state (binned, 16-bit): its ``Mode``.
+``update`` validates, drops sampler padding (the ledger, ``_ledger.py``), formats and appends (or adds); ``compute``
+runs after one guarded sync, drops duplicate ids and hands the counted problems to the functional core.
 
 The constructor keywords of the synchronisation (``dataset_size``, ``sync_timeout``, ``compute_on_rank``,
 ``compute_sharded``, ``sync_key``) are declared here only; the public classes pass them through ``**kwargs``.
@@ -12,8 +11,6 @@ No ``from __future__ import annotations`` here: ``torch.jit.script(metric)`` rea
 ``_VarlenMetric`` to type the module's attributes, and TorchScript cannot resolve annotations kept as strings.
 """
 
-import functools
-import math
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -27,34 +24,20 @@ from torchmetrics_varlen._checks import (
     Normalization,
     Thresholds,
     validate_compute_on_rank,
-    validate_inputs,
-    validate_ranking_args,
-    validate_sample_ids,
-    validate_sync_args,
-    validate_task_args,
+    validate_metric_args,
 )
 from torchmetrics_varlen._dedup import SyncReport, dedup_by_id
 from torchmetrics_varlen._dist.exchange import CheckedIn
 from torchmetrics_varlen._dist.group import distributed_available as group_initialised
 from torchmetrics_varlen._dist.group import group_position
-from torchmetrics_varlen._ledger import Ledger
+from torchmetrics_varlen._intake import check_batch, empty_rows, expand_per_sample, sample_shape, stored_dedup_mode
+from torchmetrics_varlen._ledger import Ledger, warning_compute
 from torchmetrics_varlen.classification._sharded import compute_sharded
 from torchmetrics_varlen.classification._sync import _COUNTERS, SHARED_SYNCS, _SyncedMetric
 from torchmetrics_varlen.functional._count import Mode, Problem, count, counted_problems, empty_state, threshold_tensor
 from torchmetrics_varlen.functional._reduce import RankStatistic, reduce_sums
 from torchmetrics_varlen.functional._sort import fits_compact
 from torchmetrics_varlen.functional._tasks import Split, format_inputs
-
-
-def _per_element(values: Tensor, shape: torch.Size) -> tuple[Tensor, Tensor]:
-    """Expand per-row ``values`` over a sample shape: ``(flat values, position within the row)``."""
-    if values.shape == shape:
-        flat = values.reshape(-1)
-        return flat, torch.zeros(flat.shape, dtype=torch.int32, device=flat.device)
-    width = math.prod(shape[1:])
-    flat = values.repeat_interleave(width)
-    sub = torch.arange(width, dtype=torch.int32, device=values.device).repeat(shape[0])
-    return flat, sub
 
 
 class _VarlenMetric(_SyncedMetric):
@@ -85,6 +68,12 @@ class _VarlenMetric(_SyncedMetric):
     padding_dropped: Tensor
     rejected: Tensor
     thresholds: Tensor | None
+    task: str
+    num_classes: int | None
+    num_labels: int | None
+    ignore_index: int | None
+    dataset_size: int | None
+    validate_args: bool
 
     def __init__(
         self,
@@ -108,37 +97,20 @@ class _VarlenMetric(_SyncedMetric):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        validate_task_args(task, num_classes, num_labels, average, averages=self._averages, tasks=self._tasks)
-        validate_ranking_args(
-            task=task,
-            max_fpr=max_fpr,
-            thresholds=thresholds,
-            ignore_index=ignore_index,
-            normalization=normalization,
-            binned=self._binned,
-            what=type(self).__name__,
-        )
-        validate_sync_args(
-            dataset_size=dataset_size,
-            sync_timeout=sync_timeout,
-            compute_on_rank=compute_on_rank,
-            compute_sharded=compute_sharded,
-            exact=thresholds is None,
-            shardable=self._statistic is not None,
-            max_fpr=max_fpr,
-            what=type(self).__name__,
-        )
-        self.task = task
-        self.num_classes = num_classes
-        self.num_labels = num_labels
-        self.average = average
-        self.ignore_index = ignore_index
-        self.validate_args = validate_args
-        self.normalization = normalization
-        self.sync_timeout = sync_timeout
-        self.dataset_size = dataset_size
-        self.compute_on_rank = compute_on_rank
-        self.compute_sharded = compute_sharded
+        settings = {
+            "task": task,
+            "num_classes": num_classes,
+            "num_labels": num_labels,
+            "average": average,
+            "ignore_index": ignore_index,
+            "normalization": normalization,
+            "dataset_size": dataset_size,
+            "compute_on_rank": compute_on_rank,
+            "compute_sharded": compute_sharded,
+        }
+        validate_metric_args(self, settings, max_fpr=max_fpr, thresholds=thresholds, sync_timeout=sync_timeout)
+        for key, value in {**settings, "validate_args": validate_args, "sync_timeout": sync_timeout}.items():
+            setattr(self, key, value)
         self.sync_report: SyncReport | None = None
         self.mode = Mode.of(thresholds)  # exact, binned or 16-bit: decided here, once
         self._split = Split(task, average)
@@ -156,61 +128,18 @@ class _VarlenMetric(_SyncedMetric):
             self.add_state(self._summed, default=default, dist_reduce_fx="sum")
         for name in _COUNTERS:
             self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self._config: dict[str, Any] = {
-            "metric": type(self).__name__,
-            "task": task,
-            "num_classes": num_classes,
-            "num_labels": num_labels,
-            "average": average,
-            "thresholds": thr.tolist() if thr is not None else (str(self.mode.dtype) if self.mode.dtype else None),
-            "ignore_index": ignore_index,
-            "normalization": normalization,
-            "dataset_size": dataset_size,
-            "compute_on_rank": compute_on_rank,
-            "compute_sharded": compute_sharded,
-            **(config or {}),
-        }
+        thr_config = thr.tolist() if thr is not None else (str(self.mode.dtype) if self.mode.dtype else None)
+        self._config: dict[str, Any] = {"metric": type(self).__name__, **settings, "thresholds": thr_config}
+        self._config.update(config or {})
         self._ledger = Ledger(type(self).__name__, dataset_size, ("rows_seen", "padding_dropped", "rejected"))
         self._in_forward = False
         self._init_sync(sync_key)
 
     # ------------------------------------------------------------------ update
 
-    def _empty(self, name: str) -> Tensor:
-        """A zero-row tensor of the stored form of state ``name``."""
-        device = self.num_samples.device
-        if name == "preds":
-            shape: tuple[int, ...] = (0,) if self.task == "binary" else (0, self._width)
-            return torch.zeros(shape, dtype=torch.float32, device=device)
-        if name == "target":
-            dtype = {"binary": torch.bool, "multiclass": torch.int64, "multilabel": torch.int8}[self.task]
-            return torch.zeros((0,) if self.task != "multilabel" else (0, self._width), dtype=dtype, device=device)
-        return torch.zeros(0, dtype=torch.int32 if name == "ids_sub" else torch.int64, device=device)
-
     def _dedup_mode(self) -> str | None:
         """``"ids"`` or ``"none"`` once the first batch decided it; ``None`` before any batch."""
-        if self._summed is not None:
-            return "none" if self._update_count else None
-
-        def rows(state: list[Tensor] | Tensor) -> bool:
-            if isinstance(state, Tensor):
-                return state.numel() > 0
-            # Before a sync a stored batch counts even when it is empty; synced states are per-rank pieces.
-            return any(p.numel() for p in state) if self._is_synced else bool(state)
-
-        has_ids, has_preds = rows(self.ids), rows(self.preds)
-        return "ids" if has_ids else ("none" if has_preds else None)
-
-    def _group_position(self) -> tuple[int, int]:
-        return group_position(self.process_group)
-
-    def _sample_shape(self, preds: Tensor, target: Tensor) -> torch.Size:
-        """Shape of the samples of one batch (what one id or one group label can be given for)."""
-        if self.task == "multiclass":
-            return target.shape
-        if self.task == "multilabel":
-            return target.shape[:1] + target.shape[2:]
-        return preds.shape
+        return stored_dedup_mode(self)
 
     def _update(
         self,
@@ -229,17 +158,9 @@ class _VarlenMetric(_SyncedMetric):
         if keep < rows:
             preds, target = preds[:keep], target[:keep]
             extras = {k: v[:keep] for k, v in extras.items()}
-        shape = self._sample_shape(preds, target)
-        per_row = dict(extras)
-        if sample_ids is not None:
-            per_row["ids"] = sample_ids
-        expanded: dict[str, Tensor] = {}
-        for name, values in per_row.items():
-            flat, sub = _per_element(values.to(device=preds.device, dtype=torch.int64), shape)
-            expanded[name] = flat
-            if name == "ids":
-                expanded["ids_sub"] = sub
-        scores, labels, kept = format_inputs(preds, target, self.task, self.ignore_index, self.normalization)
+        expanded = expand_per_sample(extras, sample_ids, sample_shape(self.task, preds, target), preds.device)
+        norm = cast(Normalization, self.normalization)
+        scores, labels, kept = format_inputs(preds, target, self.task, self.ignore_index, norm)
         if kept is not None:
             expanded = {k: v[kept] for k, v in expanded.items()}
         if self._summed is None:
@@ -256,27 +177,9 @@ class _VarlenMetric(_SyncedMetric):
     def _validate_batch(
         self, preds: Tensor, target: Tensor, sample_ids: Tensor | None, extras: dict[str, Tensor], start: int
     ) -> None:
-        """Raise on a bad batch. The stored samples stay as they were, but the batch's rows still took their
-        sampler positions (the sampler dealt them): the positions move on, and ``sync_report.rejected`` counts them.
-        """
+        """Raise on a bad batch; its rows still took their sampler positions (``sync_report.rejected`` counts them)."""
         try:
-            if self.validate_args:
-                validate_inputs(
-                    preds, target, self.task, self.num_classes, self.num_labels, self.ignore_index, self.normalization
-                )
-                shape = self._sample_shape(preds, target)
-                if sample_ids is not None:
-                    validate_sample_ids(sample_ids, shape)
-                    self._ledger.check_ids(sample_ids)
-                for name, values in extras.items():
-                    validate_sample_ids(values, shape, name=name, non_negative=False)
-            if sample_ids is not None and self._summed is not None:
-                msg = (
-                    f"{type(self).__name__}: `sample_ids` need the exact mode (thresholds=None), because the binned"
-                    " and 16-bit modes keep only counts. Use `dataset_size=` to drop DistributedSampler padding there."
-                )
-                raise ValueError(msg)
-            self._ledger.check_mode(self._dedup_mode(), sample_ids is not None)
+            check_batch(self, preds, target, sample_ids, extras)
         except (ValueError, TypeError):
             self._update_count -= 1  # the failed call must not count as an update either
             rows = (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
@@ -311,16 +214,7 @@ class _VarlenMetric(_SyncedMetric):
             self._update_count = 1  # loaded states are updates: compute() must not warn that none happened
 
     def _wrap_compute(self, compute: Callable[..., Any]) -> Callable[..., Any]:
-        wrapped = super()._wrap_compute(compute)
-
-        @functools.wraps(compute)
-        def compute_and_report(*args: Any, **kwargs: Any) -> Any:
-            value = wrapped(*args, **kwargs)
-            if not self._in_forward:
-                self._ledger.warn(self.sync_report)  # on every rank (compute_on_rank: the broadcast report)
-            return value
-
-        return compute_and_report
+        return warning_compute(self, super()._wrap_compute(compute))
 
     # ------------------------------------------------------------------ compute
 
@@ -331,9 +225,7 @@ class _VarlenMetric(_SyncedMetric):
         should_sync: bool = True,
         distributed_available: Any = None,
     ) -> None:
-        """Torchmetrics' ``sync``, after checking ``compute_on_rank`` against the process group, with or without
-        one: every ``compute()`` goes through here first.
-        """
+        """Torchmetrics' ``sync`` (every ``compute()`` comes here), after checking ``compute_on_rank``."""
         _, world = group_position(process_group or self.process_group)
         validate_compute_on_rank(self.compute_on_rank, world, group_initialised(), type(self).__name__)
         super().sync(dist_sync_fn, process_group, should_sync, distributed_available)
@@ -342,7 +234,7 @@ class _VarlenMetric(_SyncedMetric):
         """The stored batches of state ``name`` (one empty piece if none), for packing without a concatenation."""
         state = getattr(self, name)
         pieces = [state] if isinstance(state, Tensor) else list(state)
-        return pieces or [self._empty(name)]
+        return pieces or [empty_rows(name, self.task, self._width, self.num_samples.device)]
 
     def _evaluated(self) -> dict[str, list[Tensor]]:
         """The rows to evaluate, per state: the stored pieces, or in id mode the deduplicated rows ordered by id (one
