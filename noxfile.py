@@ -32,12 +32,16 @@ VERSION_FREE = [
 
 
 def lower_bounds(*names: str) -> list[str]:
-    """``name==X`` for each ``name>=X`` that pyproject.toml declares (dependencies and the test extra)."""
+    """``name==X`` for each ``name>=X`` that pyproject.toml declares (dependencies and the test extra).
+
+    Exclusions after the bound (``lightning>=2.4.0,!=2.6.2,!=2.6.3``) are allowed; the bound itself must not be one.
+    """
     project = nox.project.load_toml("pyproject.toml")["project"]
     pins = {}
     for requirement in project["dependencies"] + project["optional-dependencies"]["test"]:
-        found = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([0-9][0-9.]*)", requirement.strip())
+        found = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([0-9][0-9.]*)((?:,!=[0-9][0-9.]*)*)", requirement.strip())
         if found and found.group(1) in names:
+            assert f"!={found.group(2)}" not in found.group(3).split(","), f"{requirement}: the lower bound is excluded"
             pins[found.group(1)] = f"{found.group(1)}=={found.group(2)}"
     assert set(pins) == set(names), f"no lower bound declared for {set(names) - set(pins)}"
     return [pins[name] for name in names]

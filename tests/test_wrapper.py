@@ -43,6 +43,7 @@ def test_padding_rows_never_reach_the_metric_forward_reset_state_dict() -> None:
         "metric.tn",
         "metric.tp",
         "varlen_ids",
+        "varlen_ledger",
         "varlen_padding",
         "varlen_rejected",
         "varlen_rows",

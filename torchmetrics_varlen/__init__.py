@@ -1,6 +1,7 @@
 """Exact distributed evaluation metrics for PyTorch: the same value on W ranks as on one device."""
 
 from torchmetrics_varlen._dedup import SyncReport
+from torchmetrics_varlen._ledger import load_rank_states
 from torchmetrics_varlen.classification import (
     VarlenAUROC,
     VarlenAveragePrecision,
@@ -44,4 +45,5 @@ __all__ = [
     "VarlenROC",
     "__version__",
     "gather_varlen",
+    "load_rank_states",
 ]

@@ -363,3 +363,37 @@ def validate_sample_ids(
     if non_negative and sample_ids.numel() and bool((sample_ids < 0).any()):
         msg = f"Expected `{name}` to be >= 0, but found {int(sample_ids.min())}."
         raise ValueError(msg)
+
+
+def validate_metric_args(
+    metric: Any, settings: dict[str, Any], *, max_fpr: float | None, thresholds: Thresholds, sync_timeout: float | None
+) -> None:
+    """Check the constructor arguments of one of the package's metrics (``settings``: its public settings)."""
+    what, task = type(metric).__name__, settings["task"]
+    validate_task_args(
+        task,
+        settings["num_classes"],
+        settings["num_labels"],
+        settings["average"],
+        averages=metric._averages,
+        tasks=metric._tasks,
+    )
+    validate_ranking_args(
+        task=task,
+        max_fpr=max_fpr,
+        thresholds=thresholds,
+        ignore_index=settings["ignore_index"],
+        normalization=settings["normalization"],
+        binned=metric._binned,
+        what=what,
+    )
+    validate_sync_args(
+        dataset_size=settings["dataset_size"],
+        sync_timeout=sync_timeout,
+        compute_on_rank=settings["compute_on_rank"],
+        compute_sharded=settings["compute_sharded"],
+        exact=thresholds is None,
+        shardable=metric._statistic is not None,
+        max_fpr=max_fpr,
+        what=what,
+    )

@@ -17,8 +17,8 @@ import torch.distributed as dist
 # torch.distributed.distributed_c10d: the default group, its store, and the unique name of a group.
 TORCH_PRIVATE = ("_get_default_group", "_get_default_store", "_get_process_group_name")
 
-# torch.nn.Module: restoring a metric's host-side counters after load_state_dict().
-TORCH_MODULE_OVERRIDDEN = ("_load_from_state_dict",)
+# torch.nn.Module: saving and restoring a metric's ledger (sampler segment, counters) with its states.
+TORCH_MODULE_OVERRIDDEN = ("_load_from_state_dict", "_save_to_state_dict")
 
 # torchmetrics.Metric methods the package overrides: the guarded sync replaces the per-state gathers
 # (_sync_dist) inside torchmetrics' compute wrapper (_wrap_compute); list states are snapshot without a copy

@@ -6,8 +6,9 @@ Two rules:
   global position ``j * W + r`` of its (possibly shuffled) index list and pads the list to a multiple of ``W`` by
   repeating its head. Positions ``>= N`` are the padding. Each rank knows ``j``, ``r`` and ``W`` at update time, so
   the padding is dropped before it is ever stored.
-- **Sample ids**: each sample carries a global integer id; after the gather each id is kept once (its first copy in
-  rank order, then update order), and two copies with different targets are an error.
+- **Sample ids**: each sample carries a global integer id; after the gather each id is kept once (the copy with the
+  smallest scores, see :func:`dedup_by_id`: a rule of the copies alone), and two copies with different targets are an
+  error.
 """
 
 from __future__ import annotations
@@ -93,8 +94,29 @@ def sampler_kept_rows(start: int, rows: int, rank: int, world: int, dataset_size
     return max(0, min(rows, limit - start))
 
 
-def dedup_by_id(ids: Tensor, sub: Tensor, target: Tensor) -> Tensor:
-    """Indices that keep one copy of each ``(id, sub)`` key, ordered by key; the first copy wins.
+def _order_keys(values: Tensor) -> list[Tensor]:
+    """Integer keys, one per column of ``values`` (rows), whose lexicographic order is a total order of the rows.
+
+    Floats compare by value, with ``-0.0`` before ``0.0`` (their bit patterns, made monotonic); NaN-free inputs are
+    assumed (the metrics reject NaN). Integer and bool columns compare by value.
+    """
+    columns = values.reshape(values.shape[0], -1)
+    if columns.is_floating_point():
+        bits = columns.double().view(torch.int64)
+        columns = bits ^ ((bits >> 63) & 0x7FFF_FFFF_FFFF_FFFF)
+    else:
+        columns = columns.long()
+    return list(columns.unbind(1))
+
+
+def dedup_by_id(ids: Tensor, sub: Tensor, target: Tensor, scores: Tensor | None = None) -> Tensor:
+    """Indices that keep one copy of each ``(id, sub)`` key, ordered by key.
+
+    **Which copy is kept** depends only on the copies themselves, never on rank, world size, batch size or order:
+    the copy whose ``scores`` row is the smallest, comparing rows lexicographically over their columns, each column
+    by value (``-0.0`` before ``0.0``; scores hold no NaN). Copies equal in every column are interchangeable. So a
+    sample scored twice with slightly different scores gives the same value at every world size, bit for bit.
+    Without ``scores`` (or when they tie) the first copy in input order is kept.
 
     ``sub`` distinguishes the elements of one sample (the column of a 2-D row that shares one id); it is all zeros
     for 1-D inputs.
@@ -106,6 +128,8 @@ def dedup_by_id(ids: Tensor, sub: Tensor, target: Tensor) -> Tensor:
         >>> from torch import tensor
         >>> dedup_by_id(tensor([5, 3, 5, 9]), tensor([0, 0, 0, 0]), tensor([1, 0, 1, 0]))
         tensor([1, 0, 3])
+        >>> dedup_by_id(tensor([5, 3, 5, 9]), tensor([0, 0, 0, 0]), tensor([1, 0, 1, 0]), tensor([0.7, 0.1, 0.6, 0.2]))
+        tensor([1, 2, 3])
     """
     if ids.numel() == 0:
         return torch.zeros(0, dtype=torch.int64, device=ids.device)
@@ -114,6 +138,12 @@ def dedup_by_id(ids: Tensor, sub: Tensor, target: Tensor) -> Tensor:
     sorted_ids, sorted_sub = ids[order], sub[order]
     first = torch.ones_like(sorted_ids, dtype=torch.bool)
     first[1:] = (sorted_ids[1:] != sorted_ids[:-1]) | (sorted_sub[1:] != sorted_sub[:-1])
+    if scores is not None and scores.shape[0] == ids.shape[0] and not bool(first.all()):
+        # Copies exist: order by (id, sub, scores...) so that the smallest copy of each key comes first.
+        order = torch.arange(ids.shape[0], device=ids.device)
+        for column in [*reversed(_order_keys(scores.to(ids.device))), sub, ids]:
+            order = order[torch.sort(column[order], stable=True).indices]
+        sorted_ids, sorted_sub = ids[order], sub[order]
     # Index of the first copy of each element's key: a running max over the positions where a key starts.
     starts = torch.where(first, torch.arange(first.numel(), device=ids.device), torch.zeros_like(sorted_ids))
     group_start = torch.cummax(starts, dim=0).values

@@ -170,9 +170,10 @@ class GuardedMetric(Metric):
     def _sync_fix(self) -> str:
         name = self._sync_name()
         return (
-            f"Call {name}.compute() (or log the metric) on every rank of its process group, not only on rank 0;"
-            " use sync_on_compute=False for a rank-local value. If the ranks create their metrics in different"
-            " orders, give each metric the same `sync_key` on every rank."
+            f"Call {name}.compute() (or log the metric) on every rank of its process group, not only on rank 0. To"
+            " compute on one rank only, every rank still calls compute(): pass compute_on_rank=0 so that only rank 0"
+            " receives the data (sync_on_compute=False would give each rank the value of its own samples only). If"
+            " the ranks create their metrics in different orders, give each metric the same `sync_key` on every rank."
         )
 
     def _request(self, process_group: Any | None) -> SyncRequest:

@@ -1,7 +1,12 @@
-"""What the wrapper checks before it takes a metric or a batch over: pure helpers, no ``torch.distributed``."""
+"""What the metrics check and how they shape a batch before they take it over: pure helpers, no ``torch.distributed``.
+
+The first part serves the package's own metrics (``classification/_base.py``), the rest the wrapper ``Varlen``; the
+positions, padding cut, ids range and dedup mode are the ledger's (``_ledger.py``).
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -11,9 +16,93 @@ from torchmetrics.metric import CompositionalMetric
 from torchmetrics.utilities.data import dim_zero_cat
 from torchmetrics.wrappers.abstract import WrapperMetric
 
-from torchmetrics_varlen._checks import validate_dedup_and_timeout
+from torchmetrics_varlen._checks import validate_dedup_and_timeout, validate_inputs, validate_sample_ids
 from torchmetrics_varlen._guarded import GuardedMetric
 from torchmetrics_varlen._states import list_rows
+
+
+def sample_shape(task: str, preds: Tensor, target: Tensor) -> torch.Size:
+    """Shape of the samples of one batch (what one id or one group label can be given for)."""
+    if task == "multiclass":
+        return target.shape
+    if task == "multilabel":
+        return target.shape[:1] + target.shape[2:]
+    return preds.shape
+
+
+def _per_element(values: Tensor, shape: torch.Size) -> tuple[Tensor, Tensor]:
+    """Expand per-row ``values`` over a sample shape: ``(flat values, position within the row)``."""
+    if values.shape == shape:
+        flat = values.reshape(-1)
+        return flat, torch.zeros(flat.shape, dtype=torch.int32, device=flat.device)
+    width = math.prod(shape[1:])
+    flat = values.repeat_interleave(width)
+    sub = torch.arange(width, dtype=torch.int32, device=values.device).repeat(shape[0])
+    return flat, sub
+
+
+def expand_per_sample(
+    extras: dict[str, Tensor], sample_ids: Tensor | None, shape: torch.Size, device: torch.device
+) -> dict[str, Tensor]:
+    """Per-sample integer states (``ids`` with ``ids_sub``, extras such as groups), one value per element."""
+    per_row = dict(extras)
+    if sample_ids is not None:
+        per_row["ids"] = sample_ids
+    expanded: dict[str, Tensor] = {}
+    for name, values in per_row.items():
+        flat, sub = _per_element(values.to(device=device, dtype=torch.int64), shape)
+        expanded[name] = flat
+        if name == "ids":
+            expanded["ids_sub"] = sub
+    return expanded
+
+
+def empty_rows(name: str, task: str, width: int, device: torch.device) -> Tensor:
+    """A zero-row tensor of the stored form of a metric's row state ``name``."""
+    if name == "preds":
+        shape: tuple[int, ...] = (0,) if task == "binary" else (0, width)
+        return torch.zeros(shape, dtype=torch.float32, device=device)
+    if name == "target":
+        dtype = {"binary": torch.bool, "multiclass": torch.int64, "multilabel": torch.int8}[task]
+        return torch.zeros((0,) if task != "multilabel" else (0, width), dtype=dtype, device=device)
+    return torch.zeros(0, dtype=torch.int32 if name == "ids_sub" else torch.int64, device=device)
+
+
+def stored_dedup_mode(metric: Any) -> str | None:
+    """A package metric's dedup mode: ``"ids"`` or ``"none"`` once its first batch decided it, ``None`` before."""
+    if metric._summed is not None:
+        return "none" if metric._update_count else None
+
+    def rows(state: list[Tensor] | Tensor) -> bool:
+        if isinstance(state, Tensor):
+            return state.numel() > 0
+        # Before a sync a stored batch counts even when it is empty; synced states are per-rank pieces.
+        return any(p.numel() for p in state) if metric._is_synced else bool(state)
+
+    return "ids" if rows(metric.ids) else ("none" if rows(metric.preds) else None)
+
+
+def check_batch(
+    metric: Any, preds: Tensor, target: Tensor, sample_ids: Tensor | None, extras: dict[str, Tensor]
+) -> None:
+    """Raise if a package metric cannot take this batch (bad input, ids out of range, a dedup mode switch)."""
+    m = metric
+    if m.validate_args:
+        validate_inputs(preds, target, m.task, m.num_classes, m.num_labels, m.ignore_index, m.normalization)
+        shape = sample_shape(m.task, preds, target)
+        if sample_ids is not None:
+            validate_sample_ids(sample_ids, shape)
+            m._ledger.check_ids(sample_ids)
+        for name, values in extras.items():
+            validate_sample_ids(values, shape, name=name, non_negative=False)
+    if sample_ids is not None and m._summed is not None:
+        msg = (
+            f"{type(m).__name__}: `sample_ids` need the exact mode (thresholds=None), because the binned"
+            " and 16-bit modes keep only counts. Use `dataset_size=` to drop DistributedSampler padding there."
+        )
+        raise ValueError(msg)
+    m._ledger.check_mode(m._dedup_mode(), sample_ids is not None)
+
 
 # torchmetrics' own switches: they change how a metric syncs or where it keeps its states, not what it computes.
 _BASE_FLAGS = ("compute_on_cpu", "dist_sync_on_step", "sync_on_compute", "compute_with_cache", "training")

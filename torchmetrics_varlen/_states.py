@@ -148,16 +148,19 @@ def keep_rows(value: Tensor | list[Tensor], keep: Tensor) -> Tensor | list[Tenso
 def dedup_states(
     states: dict[str, Tensor | list[Tensor]], ids: Tensor | None, what: str
 ) -> tuple[dict[str, Tensor | list[Tensor]], int | None]:
-    """Row-aligned states with one row per id, ordered by id (the first copy wins); ``None`` ids: as they are.
+    """Row-aligned states with one row per id, ordered by id; ``None`` ids: as they are.
 
-    Rows that are not floating point (labels, query indexes) must agree between the copies of an id.
+    Rows that are not floating point (labels, query indexes) must agree between the copies of an id. Of copies whose
+    floating-point rows differ, the one kept is the smallest in the lexicographic order of its floating-point columns
+    (states in the metric's order, each by value): a rule of the copies alone (see ``dedup_by_id``), so the value is
+    the same at every world size.
 
     Raises:
         ValueError: If a state's rows do not match the ids, or two copies of an id differ in their labels.
     """
     if ids is None:
         return states, None
-    labels = []
+    labels, scores = [], []
     for name, value in states.items():
         if isinstance(value, list) and not value:
             continue
@@ -165,8 +168,10 @@ def dedup_states(
         if rows.shape[0] != ids.numel():
             msg = f"{what}: state `{name}` has {rows.shape[0]} rows for {ids.numel()} sample ids."
             raise ValueError(msg)
-        if not (rows.is_floating_point() or rows.is_complex()):
+        if rows.is_floating_point():
+            scores.append(rows.reshape(rows.shape[0], -1).to(device=ids.device, dtype=torch.float64))
+        elif not rows.is_complex():
             labels.append(rows.reshape(rows.shape[0], -1).to(device=ids.device, dtype=torch.int64))
     target = torch.cat(labels, dim=1) if labels else ids.new_zeros(ids.numel(), 1)
-    keep = dedup_by_id(ids, torch.zeros_like(ids), target)
+    keep = dedup_by_id(ids, torch.zeros_like(ids), target, torch.cat(scores, dim=1) if scores else None)
     return {name: keep_rows(value, keep) for name, value in states.items()}, int(keep.numel())

@@ -9,14 +9,17 @@ from torchmetrics import Metric, MetricCollection
 from torchmetrics.wrappers.abstract import WrapperMetric
 
 from torchmetrics_varlen._checks import validate_dedup_and_timeout
-from torchmetrics_varlen._dedup import sampler_kept_rows
+from torchmetrics_varlen._dedup import SyncReport
 from torchmetrics_varlen._dist.exchange import SyncRequest
-from torchmetrics_varlen._dist.group import GroupLayout, distributed_available, group_position
+from torchmetrics_varlen._dist.group import GroupLayout, distributed_available
 from torchmetrics_varlen._dist.guard import new_identity
 from torchmetrics_varlen._guarded import GuardedMetric, Payload
 from torchmetrics_varlen._intake import batch_rows, cut_batch
 from torchmetrics_varlen._joint import sync_together
+from torchmetrics_varlen._ledger import Ledger
 from torchmetrics_varlen.wrappers import Varlen
+
+_LEDGER = "#ledger."  # the prefix of the collection's counters in its first part's metadata
 
 
 def _adopt(name: str, metric: Metric) -> Metric:
@@ -88,7 +91,9 @@ class VarlenCollection(MetricCollection):
             raise ValueError(msg)
         self._sync_base = sync_key or "VarlenCollection"
         self._sync_identity = new_identity(self._sync_base)
-        self._position = 0  # rows this rank passed to update / forward: the sampler position of the next row
+        self._ledger = Ledger("VarlenCollection", dataset_size)  # sampler positions, counters, report, warning
+        self._ledger_info: list[dict[str, int]] | None = None  # every rank's counters, from the last joint sync
+        self.sync_report: SyncReport | None = None
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """A copy (``clone``, ``deepcopy``, unpickling) is a new collection: a new sync identity."""
@@ -105,35 +110,58 @@ class VarlenCollection(MetricCollection):
 
     # ------------------------------------------------------------------ batches
 
-    def _drop_padding(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-        """The batch without its sampler padding; ``None`` if it is all padding."""
-        rows = batch_rows(args, kwargs)
-        start, self._position = self._position, self._position + rows
-        if self.dataset_size is None or kwargs.get("sample_ids") is not None:
-            return args, kwargs
-        rank, world = group_position(None)
-        kept = sampler_kept_rows(start, rows, rank, world, self.dataset_size)
-        return cut_batch(args, kwargs, rows, kept) if kept or not rows else None
+    def _take(self, args: tuple[Any, ...], kwargs: dict[str, Any], call: Any) -> Any:
+        """Drop the batch's sampler padding (the ledger's rule) and pass it to ``call``; ``{}`` if all padding."""
+        ledger, ids = self._ledger, kwargs.get("sample_ids")
+        self._ledger_info = None  # new rows: the last joint sync's counters are stale
+        start, rows = ledger.position(self), batch_rows(args, kwargs)
+        try:
+            ledger.check_mode(self._mode, ids is not None)
+            if ids is not None:
+                ledger.check_ids(ids)
+        except ValueError:
+            ledger.reject(self, start, rows)
+            raise
+        kept = rows if ids is not None else ledger.kept_rows(start, rows, None)
+        self._mode = self._mode or ("ids" if ids is not None else "none")
+        ledger.accept(self, start, rows, kept)
+        if rows and not kept:
+            return {}
+        args, kwargs = cut_batch(args, kwargs, rows, kept)
+        return call(*args, **kwargs)
+
+    _mode: str | None = None
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         """Drop the batch's sampler padding (``dataset_size``), then update every metric (or compute group)."""
-        batch = self._drop_padding(args, kwargs)
-        if batch is not None:
-            super().update(*batch[0], **batch[1])
+        self._take(args, kwargs, super().update)
 
     def forward(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Drop the batch's sampler padding, then every metric's ``forward`` (batch values, no sync); a batch made
         only of padding reaches no metric and gives ``{}``.
         """
-        batch = self._drop_padding(args, kwargs)
-        return {} if batch is None else super().forward(*batch[0], **batch[1])
+        out: dict[str, Any] = self._take(args, kwargs, super().forward)
+        return out
 
     def reset(self) -> None:
-        """Reset every metric and the sampler position."""
+        """Reset every metric, the sampler position and the counters."""
         super().reset()
-        self._position = 0
+        self._ledger.reset()
+        self._mode, self._ledger_info, self.sync_report = None, None, None
+
+    def persistent(self, mode: bool = True) -> None:
+        """As ``MetricCollection.persistent``; the collection's sampler position and counters follow."""
+        super().persistent(mode)
+        self._ledger.persistent = mode
+
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        self._ledger.save(self, destination, prefix, self._ledger.persistent)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        self._ledger.load(self, state_dict, prefix)
+        self._mode, self._ledger_info = None, None
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     # ------------------------------------------------------------------ the joint sync
 
@@ -141,10 +169,23 @@ class VarlenCollection(MetricCollection):
         """Every metric's value, after one joint sync of all of their states."""
         members = self._sync_members()
         try:
-            return super().compute()
+            values = super().compute()
         finally:
             for metric in members:
                 metric._pending_sync = None
+        self._report()
+        self._ledger.warn(self.sync_report)
+        return values
+
+    def _report(self) -> None:
+        """The collection's ``sync_report``: its own counters (every rank's, after a joint sync) and the distinct
+        samples a member evaluated (ids mode).
+        """
+        reports: list[SyncReport] = [
+            r for m in self.values(copy_state=False) for r in (getattr(m, "sync_report", None),) if r is not None
+        ]
+        kept = reports[0].kept if reports and self._mode == "ids" else None
+        self.sync_report = self._ledger.report(self, self._ledger_info, kept, synced=self._ledger_info is not None)
 
     def _sync_members(self) -> list[GuardedMetric]:
         """Fetch the states of every metric that joins the joint sync; each will take its part in ``compute()``."""
@@ -180,7 +221,13 @@ class VarlenCollection(MetricCollection):
                 " If the ranks create their collections in different orders, give each the same `sync_key`."
             ),
         )
+        first = members[0][0]  # the collection's own counters travel with its first part's
+        parts[first].info.update({_LEDGER + k: v for k, v in self._ledger.info(self).items()})
         results = sync_together(request, parts, aliases)
+        self._ledger_info = [
+            {k[len(_LEDGER) :]: v for k, v in info.items() if k.startswith(_LEDGER)}
+            for info in results[first].checked.info
+        ]
         for name, metric in members:
             metric._computed = None
             metric._pending_sync = results[name]

@@ -10,9 +10,8 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from torchmetrics_varlen._dedup import SyncReport, report_from_counts, sampler_kept_rows
+from torchmetrics_varlen._dedup import SyncReport
 from torchmetrics_varlen._dist.exchange import Gathered, Mode
-from torchmetrics_varlen._dist.group import group_position
 from torchmetrics_varlen._guarded import GuardedMetric, Payload
 from torchmetrics_varlen._intake import (
     batch_rows,
@@ -23,9 +22,10 @@ from torchmetrics_varlen._intake import (
     list_states,
     wrappable,
 )
+from torchmetrics_varlen._ledger import Ledger, warning_compute
 from torchmetrics_varlen._states import as_rows, decode_state, dedup_states, encode_state, local_state
 
-_OWN = ("varlen_ids", "varlen_rows", "varlen_padding", "varlen_rejected")
+_OWN: tuple[str, str, str, str] = ("varlen_ids", "varlen_rows", "varlen_padding", "varlen_rejected")
 _IDS = "#ids"  # the wire name of the ids (never a state name of the wrapped metric)
 _COMPUTE_WARNING = r"The ``compute`` method of metric"
 
@@ -102,8 +102,7 @@ class Varlen(GuardedMetric):
         for name in _OWN[1:]:
             self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self._proxied: set[str] = set()
-        self._position = 0  # host copy of varlen_rows + varlen_rejected: the sampler position of the next row
-        self._position_of: Tensor = self.varlen_rows
+        self._ledger = Ledger(self._sync_name_of(metric), dataset_size, _OWN[1:])
         self._mirror()
         self._init_sync(sync_key)
 
@@ -181,25 +180,24 @@ class Varlen(GuardedMetric):
         own = {"sample_ids": kwargs["sample_ids"]} if "sample_ids" in kwargs else {}
         return {**self.metric._filter_kwargs(**kwargs), **own}
 
-    def _position_now(self) -> int:
-        if self._position_of is not self.varlen_rows:  # states replaced from outside: reset, load, compute group
-            self._position = int(self.varlen_rows) + int(self.varlen_rejected)
-            self._position_of = self.varlen_rows
-        return self._position
-
     def _intake(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], sample_ids: Tensor | None, call: Callable[..., Any]
     ) -> Any:
         self._computed = None
-        start, rows = self._position_now(), batch_rows(args, kwargs)
+        ledger = self._ledger
+        start, rows = ledger.position(self), batch_rows(args, kwargs)
         kept, ids = rows, None
-        if sample_ids is not None:
-            ids = check_sample_ids(sample_ids, rows, self.metric).to(self.varlen_rows.device)
-        elif self.dataset_size is not None:
-            rank, world = group_position(self.process_group)
-            kept = sampler_kept_rows(start, rows, rank, world, self.dataset_size)
+        try:
+            if sample_ids is not None:
+                ids = check_sample_ids(sample_ids, rows, self.metric).to(self.varlen_rows.device)
+                ledger.check_ids(ids)
+            ledger.check_mode(self._dedup_mode(), ids is not None)
+        except ValueError:
+            ledger.reject(self, start, rows)
+            raise
+        if ids is None:
+            kept = ledger.kept_rows(start, rows, self.process_group)
             args, kwargs = cut_batch(args, kwargs, rows, kept)
-        self._check_mode(ids is not None)
         before = {name: len(value) for name, value in list_states(self.metric).items()}
         count = self.metric._update_count
         try:
@@ -209,38 +207,24 @@ class Varlen(GuardedMetric):
             for name, elements in list_states(self.metric).items():
                 del elements[before.get(name, 0) :]
             self.metric._update_count, self.metric._computed = count, None
-            self.varlen_rejected = self.varlen_rejected + kept  # out of place: see _VarlenMetric._update
-            self._position = start + rows
+            ledger.reject(self, start, rows)
             raise
         self._mirror()  # states a metric adds in its first update
         if ids is not None:
             self.varlen_ids.append(ids)
-        self.varlen_rows = self.varlen_rows + rows
-        self.varlen_padding = self.varlen_padding + (rows - kept)
-        self._position, self._position_of = start + rows, self.varlen_rows
+        ledger.accept(self, start, rows, kept)
         return value
-
-    def _check_mode(self, with_ids: bool) -> None:
-        mode, new = self._dedup_mode(), "ids" if with_ids else "none"
-        if mode is not None and mode != new:
-            msg = (
-                f"{self._sync_name()}: this update {'has' if with_ids else 'has no'} `sample_ids` but earlier updates"
-                f" {'had' if mode == 'ids' else 'had none'}. Pass `sample_ids` with every update or with none (call"
-                " reset() to switch)."
-            )
-            raise ValueError(msg)
 
     def _dedup_mode(self) -> str | None:
         """``"ids"`` or ``"none"`` once a batch decided it, ``None`` before."""
         if self.varlen_ids:
             return "ids"
-        return "none" if self._position_now() else None
+        return "none" if self._ledger.position(self) else None
 
     # ------------------------------------------------------------------ sync and compute
 
     def _local_info(self) -> dict[str, int]:
-        counters = ("rows_seen", self.varlen_rows), ("padding_dropped", self.varlen_padding)
-        return {**{k: int(v) for k, v in counters}, "rejected": int(self.varlen_rejected)}
+        return self._ledger.info(self)
 
     def _sync_payload(self) -> Payload:
         self._mirror()
@@ -275,18 +259,11 @@ class Varlen(GuardedMetric):
         objs = [getattr(inner, n) for n in names] + [getattr(self, n) for n in _OWN]
         return objs, repr([(n, getattr(inner._reductions[n], "__name__", repr(inner._reductions[n]))) for n in names])
 
-    def _report(self, info: list[dict[str, int]], kept: int | None, *, synced: bool) -> None:
-        rank, world = group_position(self.process_group)
-        report = report_from_counts(info, kept, self.dataset_size, partial=not synced and world > 1)
-        self.sync_report = report
-        if report.missing and (rank == 0 or not synced):
-            warnings.warn(
-                f"{self._sync_name()}: dataset_size={self.dataset_size} but only {report.kept} samples were evaluated:"
-                f" {report.missing} were never seen. A DistributedSampler with drop_last=True drops the tail of the"
-                " data set; use drop_last=False (the padding it adds is removed exactly) to evaluate every sample.",
-                UserWarning,
-                stacklevel=3,
-            )
+    def _report(self, info: list[dict[str, int]] | None, kept: int | None, *, synced: bool) -> None:
+        self.sync_report = self._ledger.report(self, info, kept, synced=synced)
+
+    def _wrap_compute(self, compute: Callable[..., Any]) -> Callable[..., Any]:
+        return warning_compute(self, super()._wrap_compute(compute))
 
     def compute(self) -> Any:
         """The wrapped metric's value on every rank's samples (after the sync torchmetrics' wrapper runs)."""
@@ -300,7 +277,7 @@ class Varlen(GuardedMetric):
                 states, kept = dedup_states(states, torch.cat(self.varlen_ids), self._sync_name())
                 for name, value in states.items():
                     setattr(inner, name, value)
-            self._report([self._local_info()], kept, synced=False)
+            self._report(None, kept, synced=False)
         try:
             inner._computed = None
             with warnings.catch_warnings():
@@ -315,7 +292,7 @@ class Varlen(GuardedMetric):
         """Forget every sample (the wrapped metric's states and the wrapper's counters)."""
         super().reset()
         self.metric.reset()
-        self._position, self._position_of = 0, self.varlen_rows
+        self._ledger.reset()
         self.sync_report = None
 
     def persistent(self, mode: bool = False) -> None:
@@ -324,9 +301,14 @@ class Varlen(GuardedMetric):
             self._persistent[name] = mode
         self.metric.persistent(mode)
 
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        self._ledger.save(self, destination, prefix, self._persistent[_OWN[1]])
+
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        self._ledger.load(self, state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        if int(self.varlen_rows) and not self._update_count:
+        if any(self._ledger.counts(self)) and not self._update_count:
             self._update_count = 1  # loaded states are updates: compute() must not warn that none happened
 
     def plot(self, val: Any = None, ax: Any = None) -> Any:

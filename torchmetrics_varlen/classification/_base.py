@@ -1,9 +1,8 @@
 """The state handling, dedup and synchronisation shared by every metric of the package.
 
-A metric keeps one row per sample in list states (exact mode) or a summed state (binned confusion matrices, 16-bit
-histograms): its :class:`~torchmetrics_varlen.functional._count.Mode`, decided once in the constructor. ``update``
-validates, drops sampler padding, formats and appends (or adds); ``compute`` runs after one guarded sync, drops
-duplicate ids and hands the counted problems to the functional core.
+A metric keeps one row per sample in list states (exact mode) or a summed state (binned, 16-bit): its ``Mode``.
+``update`` validates, drops sampler padding (the ledger, ``_ledger.py``), formats and appends (or adds); ``compute``
+runs after one guarded sync, drops duplicate ids and hands the counted problems to the functional core.
 
 The constructor keywords of the synchronisation (``dataset_size``, ``sync_timeout``, ``compute_on_rank``,
 ``compute_sharded``, ``sync_key``) are declared here only; the public classes pass them through ``**kwargs``.
@@ -12,8 +11,7 @@ No ``from __future__ import annotations`` here: ``torch.jit.script(metric)`` rea
 ``_VarlenMetric`` to type the module's attributes, and TorchScript cannot resolve annotations kept as strings.
 """
 
-import math
-import warnings
+from collections.abc import Callable
 from typing import Any, cast
 
 import torch
@@ -26,33 +24,20 @@ from torchmetrics_varlen._checks import (
     Normalization,
     Thresholds,
     validate_compute_on_rank,
-    validate_inputs,
-    validate_ranking_args,
-    validate_sample_ids,
-    validate_sync_args,
-    validate_task_args,
+    validate_metric_args,
 )
-from torchmetrics_varlen._dedup import SyncReport, dedup_by_id, sampler_kept_rows
+from torchmetrics_varlen._dedup import SyncReport, dedup_by_id
 from torchmetrics_varlen._dist.exchange import CheckedIn
 from torchmetrics_varlen._dist.group import distributed_available as group_initialised
 from torchmetrics_varlen._dist.group import group_position
+from torchmetrics_varlen._intake import check_batch, empty_rows, expand_per_sample, sample_shape, stored_dedup_mode
+from torchmetrics_varlen._ledger import Ledger, warning_compute
 from torchmetrics_varlen.classification._sharded import compute_sharded
 from torchmetrics_varlen.classification._sync import _COUNTERS, SHARED_SYNCS, _SyncedMetric
 from torchmetrics_varlen.functional._count import Mode, Problem, count, counted_problems, empty_state, threshold_tensor
 from torchmetrics_varlen.functional._reduce import RankStatistic, reduce_sums
 from torchmetrics_varlen.functional._sort import fits_compact
 from torchmetrics_varlen.functional._tasks import Split, format_inputs
-
-
-def _per_element(values: Tensor, shape: torch.Size) -> tuple[Tensor, Tensor]:
-    """Expand per-row ``values`` over a sample shape: ``(flat values, position within the row)``."""
-    if values.shape == shape:
-        flat = values.reshape(-1)
-        return flat, torch.zeros(flat.shape, dtype=torch.int32, device=flat.device)
-    width = math.prod(shape[1:])
-    flat = values.repeat_interleave(width)
-    sub = torch.arange(width, dtype=torch.int32, device=values.device).repeat(shape[0])
-    return flat, sub
 
 
 class _VarlenMetric(_SyncedMetric):
@@ -83,6 +68,12 @@ class _VarlenMetric(_SyncedMetric):
     padding_dropped: Tensor
     rejected: Tensor
     thresholds: Tensor | None
+    task: str
+    num_classes: int | None
+    num_labels: int | None
+    ignore_index: int | None
+    dataset_size: int | None
+    validate_args: bool
 
     def __init__(
         self,
@@ -106,37 +97,20 @@ class _VarlenMetric(_SyncedMetric):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        validate_task_args(task, num_classes, num_labels, average, averages=self._averages, tasks=self._tasks)
-        validate_ranking_args(
-            task=task,
-            max_fpr=max_fpr,
-            thresholds=thresholds,
-            ignore_index=ignore_index,
-            normalization=normalization,
-            binned=self._binned,
-            what=type(self).__name__,
-        )
-        validate_sync_args(
-            dataset_size=dataset_size,
-            sync_timeout=sync_timeout,
-            compute_on_rank=compute_on_rank,
-            compute_sharded=compute_sharded,
-            exact=thresholds is None,
-            shardable=self._statistic is not None,
-            max_fpr=max_fpr,
-            what=type(self).__name__,
-        )
-        self.task = task
-        self.num_classes = num_classes
-        self.num_labels = num_labels
-        self.average = average
-        self.ignore_index = ignore_index
-        self.validate_args = validate_args
-        self.normalization = normalization
-        self.sync_timeout = sync_timeout
-        self.dataset_size = dataset_size
-        self.compute_on_rank = compute_on_rank
-        self.compute_sharded = compute_sharded
+        settings = {
+            "task": task,
+            "num_classes": num_classes,
+            "num_labels": num_labels,
+            "average": average,
+            "ignore_index": ignore_index,
+            "normalization": normalization,
+            "dataset_size": dataset_size,
+            "compute_on_rank": compute_on_rank,
+            "compute_sharded": compute_sharded,
+        }
+        validate_metric_args(self, settings, max_fpr=max_fpr, thresholds=thresholds, sync_timeout=sync_timeout)
+        for key, value in {**settings, "validate_args": validate_args, "sync_timeout": sync_timeout}.items():
+            setattr(self, key, value)
         self.sync_report: SyncReport | None = None
         self.mode = Mode.of(thresholds)  # exact, binned or 16-bit: decided here, once
         self._split = Split(task, average)
@@ -154,61 +128,18 @@ class _VarlenMetric(_SyncedMetric):
             self.add_state(self._summed, default=default, dist_reduce_fx="sum")
         for name in _COUNTERS:
             self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self._config: dict[str, Any] = {
-            "metric": type(self).__name__,
-            "task": task,
-            "num_classes": num_classes,
-            "num_labels": num_labels,
-            "average": average,
-            "thresholds": thr.tolist() if thr is not None else (str(self.mode.dtype) if self.mode.dtype else None),
-            "ignore_index": ignore_index,
-            "normalization": normalization,
-            "dataset_size": dataset_size,
-            "compute_on_rank": compute_on_rank,
-            "compute_sharded": compute_sharded,
-            **(config or {}),
-        }
-        self._position = 0  # host copy of rows_seen + rejected: the sampler position of the next row
+        thr_config = thr.tolist() if thr is not None else (str(self.mode.dtype) if self.mode.dtype else None)
+        self._config: dict[str, Any] = {"metric": type(self).__name__, **settings, "thresholds": thr_config}
+        self._config.update(config or {})
+        self._ledger = Ledger(type(self).__name__, dataset_size, ("rows_seen", "padding_dropped", "rejected"))
         self._in_forward = False
         self._init_sync(sync_key)
 
     # ------------------------------------------------------------------ update
 
-    def _empty(self, name: str) -> Tensor:
-        """A zero-row tensor of the stored form of state ``name``."""
-        device = self.num_samples.device
-        if name == "preds":
-            shape: tuple[int, ...] = (0,) if self.task == "binary" else (0, self._width)
-            return torch.zeros(shape, dtype=torch.float32, device=device)
-        if name == "target":
-            dtype = {"binary": torch.bool, "multiclass": torch.int64, "multilabel": torch.int8}[self.task]
-            return torch.zeros((0,) if self.task != "multilabel" else (0, self._width), dtype=dtype, device=device)
-        return torch.zeros(0, dtype=torch.int32 if name == "ids_sub" else torch.int64, device=device)
-
     def _dedup_mode(self) -> str | None:
         """``"ids"`` or ``"none"`` once the first batch decided it; ``None`` before any batch."""
-        if self._summed is not None:
-            return "none" if self._update_count else None
-
-        def rows(state: list[Tensor] | Tensor) -> bool:
-            if isinstance(state, Tensor):
-                return state.numel() > 0
-            # Before a sync a stored batch counts even when it is empty; synced states are per-rank pieces.
-            return any(p.numel() for p in state) if self._is_synced else bool(state)
-
-        has_ids, has_preds = rows(self.ids), rows(self.preds)
-        return "ids" if has_ids else ("none" if has_preds else None)
-
-    def _group_position(self) -> tuple[int, int]:
-        return group_position(self.process_group)
-
-    def _sample_shape(self, preds: Tensor, target: Tensor) -> torch.Size:
-        """Shape of the samples of one batch (what one id or one group label can be given for)."""
-        if self.task == "multiclass":
-            return target.shape
-        if self.task == "multilabel":
-            return target.shape[:1] + target.shape[2:]
-        return preds.shape
+        return stored_dedup_mode(self)
 
     def _update(
         self,
@@ -219,29 +150,17 @@ class _VarlenMetric(_SyncedMetric):
         start: int | None,
     ) -> None:
         """Validate, drop sampler padding, format and append (or count) one batch; all or nothing."""
-        start = self._position if start is None else start
+        start = self._ledger.position(self) if start is None else start
         self._validate_batch(preds, target, sample_ids, extras, start)
         SHARED_SYNCS.clear()
         rows = preds.shape[0] if preds.ndim else 1
-        padding = 0
-        if self.dataset_size is not None and sample_ids is None:
-            rank, world = self._group_position()
-            padding = rows - sampler_kept_rows(start, rows, rank, world, self.dataset_size)
-            if padding:
-                keep = rows - padding
-                preds, target = preds[:keep], target[:keep]
-                extras = {k: v[:keep] for k, v in extras.items()}
-        shape = self._sample_shape(preds, target)
-        per_row = dict(extras)
-        if sample_ids is not None:
-            per_row["ids"] = sample_ids
-        expanded: dict[str, Tensor] = {}
-        for name, values in per_row.items():
-            flat, sub = _per_element(values.to(device=preds.device, dtype=torch.int64), shape)
-            expanded[name] = flat
-            if name == "ids":
-                expanded["ids_sub"] = sub
-        scores, labels, kept = format_inputs(preds, target, self.task, self.ignore_index, self.normalization)
+        keep = rows if sample_ids is not None else self._ledger.kept_rows(start, rows, self.process_group)
+        if keep < rows:
+            preds, target = preds[:keep], target[:keep]
+            extras = {k: v[:keep] for k, v in extras.items()}
+        expanded = expand_per_sample(extras, sample_ids, sample_shape(self.task, preds, target), preds.device)
+        norm = cast(Normalization, self.normalization)
+        scores, labels, kept = format_inputs(preds, target, self.task, self.ignore_index, norm)
         if kept is not None:
             expanded = {k: v[kept] for k, v in expanded.items()}
         if self._summed is None:
@@ -253,54 +172,24 @@ class _VarlenMetric(_SyncedMetric):
         # Out of place on purpose: a metric pickled to spawned processes (Lightning's ddp_spawn) can share its tensor
         # states' storage across ranks, and an in-place add would then count every rank's samples on every rank.
         self.num_samples = self.num_samples + scores.shape[0]
-        self.rows_seen = self.rows_seen + rows
-        self.padding_dropped = self.padding_dropped + padding
-        self._position = start + rows
+        self._ledger.accept(self, start, rows, keep)
 
     def _validate_batch(
         self, preds: Tensor, target: Tensor, sample_ids: Tensor | None, extras: dict[str, Tensor], start: int
     ) -> None:
-        """Raise on a bad batch. The stored samples stay as they were, but the batch's rows still took their
-        sampler positions (the sampler dealt them): the positions move on, and ``sync_report.rejected`` counts them.
-        """
+        """Raise on a bad batch; its rows still took their sampler positions (``sync_report.rejected`` counts them)."""
         try:
-            if self.validate_args:
-                validate_inputs(
-                    preds, target, self.task, self.num_classes, self.num_labels, self.ignore_index, self.normalization
-                )
-                shape = self._sample_shape(preds, target)
-                if sample_ids is not None:
-                    validate_sample_ids(sample_ids, shape)
-                for name, values in extras.items():
-                    validate_sample_ids(values, shape, name=name, non_negative=False)
-            self._check_dedup_mode(sample_ids)
+            check_batch(self, preds, target, sample_ids, extras)
         except (ValueError, TypeError):
             self._update_count -= 1  # the failed call must not count as an update either
             rows = (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
-            self._position = start + rows
-            self.rejected = self.rejected + rows
+            self._ledger.reject(self, start, rows)
             raise
-
-    def _check_dedup_mode(self, sample_ids: Tensor | None) -> None:
-        if sample_ids is not None and self._summed is not None:
-            msg = (
-                f"{type(self).__name__}: `sample_ids` need the exact mode (thresholds=None), because the binned and"
-                " 16-bit modes keep only counts. Use `dataset_size=` to drop DistributedSampler padding there."
-            )
-            raise ValueError(msg)
-        mode, new = self._dedup_mode(), "none" if sample_ids is None else "ids"
-        if mode is not None and mode != new:
-            msg = (
-                f"{type(self).__name__}: this update {'has' if new == 'ids' else 'has no'} `sample_ids` but earlier"
-                f" updates {'had' if mode == 'ids' else 'had none'}. Pass `sample_ids` with every update or with none"
-                " (call reset() to switch)."
-            )
-            raise ValueError(msg)
 
     @torch.jit.unused
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Update with the batch and return its own value; sampler positions continue from the global state."""
-        kwargs.setdefault("_start", self._position)
+        kwargs.setdefault("_start", self._ledger.position(self))
         self._in_forward = True  # the batch value is not an evaluation of the data set: no report, no warning
         try:
             return super().forward(*args, **kwargs)
@@ -310,14 +199,22 @@ class _VarlenMetric(_SyncedMetric):
     def reset(self) -> None:
         """Forget every sample (``forward`` resets internally too: it passes the position explicitly)."""
         super().reset()
-        self._position = 0
+        if not self._in_forward:  # forward keeps the epoch's sampler positions (it passes the start itself)
+            self._ledger.reset()
         SHARED_SYNCS.clear()
 
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        self._ledger.save(self, destination, prefix, self._persistent["rows_seen"])
+
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        self._ledger.load(self, state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        self._position = int(self.rows_seen) + int(self.rejected)
-        if self._position and not self._update_count:
+        if any(self._ledger.counts(self)) and not self._update_count:
             self._update_count = 1  # loaded states are updates: compute() must not warn that none happened
+
+    def _wrap_compute(self, compute: Callable[..., Any]) -> Callable[..., Any]:
+        return warning_compute(self, super()._wrap_compute(compute))
 
     # ------------------------------------------------------------------ compute
 
@@ -328,9 +225,7 @@ class _VarlenMetric(_SyncedMetric):
         should_sync: bool = True,
         distributed_available: Any = None,
     ) -> None:
-        """Torchmetrics' ``sync``, after checking ``compute_on_rank`` against the process group, with or without
-        one: every ``compute()`` goes through here first.
-        """
+        """Torchmetrics' ``sync`` (every ``compute()`` comes here), after checking ``compute_on_rank``."""
         _, world = group_position(process_group or self.process_group)
         validate_compute_on_rank(self.compute_on_rank, world, group_initialised(), type(self).__name__)
         super().sync(dist_sync_fn, process_group, should_sync, distributed_available)
@@ -339,7 +234,7 @@ class _VarlenMetric(_SyncedMetric):
         """The stored batches of state ``name`` (one empty piece if none), for packing without a concatenation."""
         state = getattr(self, name)
         pieces = [state] if isinstance(state, Tensor) else list(state)
-        return pieces or [self._empty(name)]
+        return pieces or [empty_rows(name, self.task, self._width, self.num_samples.device)]
 
     def _evaluated(self) -> dict[str, list[Tensor]]:
         """The rows to evaluate, per state: the stored pieces, or in id mode the deduplicated rows ordered by id (one
@@ -350,7 +245,7 @@ class _VarlenMetric(_SyncedMetric):
             self._report(None)
             return {name: self._pieces(name) for name in names}
         rows = {name: torch.cat(self._pieces(name)) for name in (*names, "ids", "ids_sub")}
-        keep = dedup_by_id(rows["ids"], rows["ids_sub"], rows["target"])
+        keep = dedup_by_id(rows["ids"], rows["ids_sub"], rows["target"], rows["preds"])
         kept_ids = rows["ids"][keep]
         self._report(int(kept_ids.numel() and 1 + torch.count_nonzero(kept_ids[1:] != kept_ids[:-1])))
         return {name: [rows[name][keep]] for name in names}
@@ -368,38 +263,12 @@ class _VarlenMetric(_SyncedMetric):
         if self._in_forward:
             return
         synced = self._is_synced or info is not None
-        if info is None:
-            info = self._synced_info if self._is_synced and self._synced_info else [self._local_info()]
-        seen = tuple(i["rows_seen"] for i in info)
-        padding = sum(i["padding_dropped"] for i in info)
-        rejected = sum(i["rejected"] for i in info)
-        received = sum(seen) - padding
-        kept = received if kept_samples is None else kept_samples
-        partial = not synced and self._group_position()[1] > 1  # sync_on_compute=False: a local view
-        missing = None if self.dataset_size is None or partial else max(0, self.dataset_size - kept)
-        self.sync_report = SyncReport(
-            world_size=len(info),
-            seen_per_rank=seen,
-            received=received,
-            duplicates_dropped=padding + received - kept,
-            kept=kept,
-            missing=missing,
-            rejected=rejected,
-        )
-        rank = self._group_position()[0] if synced else 0
-        if missing and rank == (self.compute_on_rank or 0):
-            warnings.warn(
-                f"{type(self).__name__}: dataset_size={self.dataset_size} but only {kept} samples were evaluated:"
-                f" {missing} were never seen"
-                + (f" ({rejected} rows were in batches that update() rejected)." if rejected else ".")
-                + " A DistributedSampler with drop_last=True drops the tail of the data set; use drop_last=False"
-                " (the padding it adds is removed exactly) to evaluate every sample.",
-                UserWarning,
-                stacklevel=3,
-            )
+        if info is None and self._is_synced and self._synced_info:
+            info = self._synced_info
+        self.sync_report = self._ledger.report(self, info, kept_samples, synced=synced)
 
     def _local_info(self) -> dict[str, int]:
-        info = {key: int(getattr(self, key)) for key in ("rows_seen", "padding_dropped", "rejected")}
+        info = self._ledger.info(self)
         if self.compute_sharded:
             # Compact sort keys only if every rank's scores fit: the keys of all ranks meet in one all-to-all.
             info["compact"] = int(fits_compact(self._pieces("preds")))

@@ -55,7 +55,7 @@ def _dedup(shard: Shard, rows: dict[str, Tensor]) -> tuple[tuple[Tensor, Tensor]
     """Drop duplicate ids among the rows routed here; a conflict raises on every rank."""
     error: ValueError | None = None
     try:
-        keep = dedup_by_id(rows["ids"], rows["ids_sub"], rows["target"])
+        keep = dedup_by_id(rows["ids"], rows["ids_sub"], rows["target"], rows["preds"])
     except ValueError as err:
         error, keep = err, torch.zeros(0, dtype=torch.int64, device=shard.device)
     kept_ids = rows["ids"][keep]

@@ -1,0 +1,171 @@
+"""The ledger on one process: ids checked against dataset_size, missing in ids mode, the "never seen" warning (text,
+once per epoch, the caller's line), the rule for disagreeing copies, and checkpoints resumed through it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from sklearn.metrics import accuracy_score, roc_auc_score
+from torchmetrics.classification import BinaryAccuracy, BinaryAUROC
+
+from torchmetrics_varlen import (
+    Varlen,
+    VarlenAUROC,
+    VarlenCollection,
+    VarlenMulticlassAUROC,
+    load_rank_states,
+)
+from torchmetrics_varlen._dedup import dedup_by_id
+
+GEN = torch.Generator().manual_seed(7)
+PREDS = torch.rand(12, generator=GEN)
+TARGET = torch.tensor([0, 1] * 6)
+
+
+def _makers() -> dict[str, Any]:
+    return {
+        "auroc": lambda n: VarlenAUROC(dataset_size=n),
+        "multiclass": lambda n: VarlenMulticlassAUROC(num_classes=3, dataset_size=n),
+        "varlen": lambda n: Varlen(BinaryAUROC(), dataset_size=n),
+        "collection": lambda n: VarlenCollection({"auroc": VarlenAUROC()}, dataset_size=n),
+    }
+
+
+def _batch(kind: str, rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
+    if kind == "multiclass":
+        probs = torch.softmax(torch.stack([PREDS, 1 - PREDS, PREDS * PREDS], 1), 1)
+        return probs[rows], (torch.arange(12) % 3)[rows]
+    return PREDS[rows], TARGET[rows]
+
+
+@pytest.mark.parametrize("kind", list(_makers()))
+def test_ids_outside_the_data_set_are_refused_and_change_nothing(kind: str) -> None:
+    metric = _makers()[kind](12)
+    metric.update(*_batch(kind, slice(0, 6)), sample_ids=torch.arange(6))
+    for bad in (torch.tensor([6, 12]), torch.tensor([-1, 7])):
+        with pytest.raises(ValueError, match=r"sample id (12|-1) is outside \[0, dataset_size=12\)|>= 0, but found -1"):
+            metric.update(*_batch(kind, slice(6, 8)), sample_ids=bad)
+    metric.update(*_batch(kind, slice(6, 12)), sample_ids=torch.arange(6, 12))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        value = metric.compute()
+    report = metric.sync_report
+    assert report is not None
+    assert (report.kept, report.missing, report.rejected) == (12, 0, 4)
+    if kind in ("auroc", "varlen"):
+        assert float(value) == pytest.approx(roc_auc_score(TARGET, PREDS), abs=1e-6)
+
+
+@pytest.mark.parametrize("kind", list(_makers()))
+def test_missing_counts_distinct_ids_in_ids_mode(kind: str) -> None:
+    metric = _makers()[kind](12)
+    metric.update(*_batch(kind, slice(0, 4)), sample_ids=torch.tensor([0, 3, 5, 7]))
+    metric.update(*_batch(kind, slice(0, 4)), sample_ids=torch.tensor([0, 3, 5, 7]))
+    with pytest.warns(UserWarning, match="only 4 samples were evaluated: 8 were never seen"):
+        metric.compute()
+    assert metric.sync_report is not None
+    assert (metric.sync_report.kept, metric.sync_report.missing) == (4, 8)
+
+
+@pytest.mark.parametrize("kind", list(_makers()))
+def test_never_seen_warning_names_the_causes_once_per_epoch_at_the_callers_line(kind: str) -> None:
+    metric = _makers()[kind](12)
+    metric.update(*_batch(kind, slice(0, 8)))  # a partial pass, e.g. Lightning's sanity check
+    with pytest.warns(UserWarning, match="never seen") as record:
+        metric.compute()
+    assert len(record) == 1
+    text = str(record[0].message)
+    assert "only 8 samples were evaluated: 4 were never seen" in text
+    for cause in ("sanity check", "limit_val_batches", "drop_last=True", "a rank that skipped batches"):
+        assert cause in text
+    assert record[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        metric.compute()  # the same epoch: no second warning
+    metric.reset()
+    metric.update(*_batch(kind, slice(0, 8)))
+    with pytest.warns(UserWarning, match="4 were never seen"):
+        metric.compute()  # a new epoch warns again
+
+
+def test_disagreeing_copies_keep_the_smallest_score_whatever_the_order() -> None:
+    ids = torch.tensor([4, 1, 4, 1, 2])
+    target = torch.tensor([1, 0, 1, 0, 1])
+    scores = torch.tensor([0.5, 0.25, 0.375, 0.75, -0.0])
+    keep = dedup_by_id(ids, torch.zeros_like(ids), target, scores)
+    assert scores[keep].tolist() == [0.25, -0.0, 0.375]
+    for perm in (torch.tensor([4, 3, 2, 1, 0]), torch.tensor([2, 0, 4, 1, 3])):
+        kept = dedup_by_id(ids[perm], torch.zeros_like(ids), target[perm], scores[perm])
+        assert scores[perm][kept].tolist() == [0.25, -0.0, 0.375]
+    rows = torch.tensor([[0.5, 0.1], [0.5, 0.0], [0.4, 0.9]])  # lexicographic over the columns
+    keep = dedup_by_id(torch.tensor([1, 1, 2]), torch.zeros(3, dtype=torch.long), torch.zeros(3), rows)
+    assert keep.tolist() == [1, 2]
+    with pytest.raises(ValueError, match="different targets"):
+        dedup_by_id(ids, torch.zeros_like(ids), torch.tensor([1, 0, 0, 0, 1]), scores)
+
+
+@pytest.mark.parametrize("kind", ["auroc", "varlen"])
+def test_disagreeing_copies_give_the_value_of_the_smallest_copy(kind: str) -> None:
+    metric = VarlenAUROC() if kind == "auroc" else Varlen(BinaryAUROC())
+    noisy = PREDS + torch.where(torch.arange(12) % 2 == 0, 0.01, -0.01)
+    metric.update(noisy, TARGET, sample_ids=torch.arange(12))
+    metric.update(PREDS, TARGET, sample_ids=torch.arange(12))
+    expected = roc_auc_score(TARGET, torch.minimum(PREDS, noisy))
+    assert float(metric.compute()) == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["auroc", "multiclass", "varlen", "collection"])
+def test_a_checkpoint_saved_mid_epoch_resumes_exactly(kind: str) -> None:
+    metric = _makers()[kind](10)
+    metric.persistent(True)
+    metric.update(*_batch(kind, slice(0, 5)))
+    saved = metric.state_dict()
+    resumed = _makers()[kind](10)
+    resumed.persistent(True)
+    resumed.load_state_dict(saved)
+    resumed.update(*_batch(kind, slice(5, 12)))  # rows 10 and 11: padding, dropped after the resume too
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        value = resumed.compute()
+    report = resumed.sync_report
+    assert report is not None
+    assert (report.kept, report.duplicates_dropped, report.missing) == (10, 2, 0)
+    if kind in ("auroc", "varlen"):
+        assert float(value) == pytest.approx(roc_auc_score(TARGET[:10], PREDS[:10]), abs=1e-6)
+    if kind == "collection":
+        assert float(value["auroc"]) == pytest.approx(roc_auc_score(TARGET[:10], PREDS[:10]), abs=1e-6)
+
+
+def test_load_rank_states_merges_sum_states_on_one_process() -> None:
+    old = [Varlen(BinaryAccuracy(), dataset_size=10) for _ in range(2)]
+    for metric in old:
+        metric.persistent(True)
+    old[0].update(PREDS[0:4], TARGET[0:4])
+    old[1].update(PREDS[4:8], TARGET[4:8])
+    new = Varlen(BinaryAccuracy(), dataset_size=10)
+    load_rank_states(new, [m.state_dict() for m in old])
+    new.update(PREDS[8:12], TARGET[8:12])  # positions 8, 9 real; 10, 11 padding
+    assert float(new.compute()) == pytest.approx(accuracy_score(TARGET[:10], PREDS[:10] > 0.5))
+    assert new.sync_report is not None
+    assert new.sync_report.kept == 10
+
+
+def test_load_rank_states_refuses_states_saved_without_persistent() -> None:
+    old = VarlenAUROC(dataset_size=10)
+    old.update(PREDS[:4], TARGET[:4])
+    with pytest.raises(ValueError, match=r"persistent\(True\)"):
+        load_rank_states(VarlenAUROC(dataset_size=10), [old.state_dict()])
+
+
+def test_load_rank_states_refuses_ranks_that_dealt_different_counts() -> None:
+    old = [VarlenAUROC(dataset_size=10) for _ in range(2)]
+    for metric in old:
+        metric.persistent(True)
+    old[0].update(PREDS[:4], TARGET[:4])
+    old[1].update(PREDS[4:7], TARGET[4:7])
+    with pytest.raises(ValueError, match="dealt different numbers of rows"):
+        load_rank_states(VarlenAUROC(dataset_size=10), [m.state_dict() for m in old])

@@ -1,0 +1,317 @@
+"""The sample ledger every guarded metric keeps: sampler positions, the padding cut, rejected batches, the dedup
+mode, the counters, the ``SyncReport`` and its warning, and what a checkpoint needs to resume on any world size.
+
+One :class:`Ledger` is held by each ``Varlen*`` metric, each :class:`~torchmetrics_varlen.Varlen` and each
+:class:`~torchmetrics_varlen.VarlenCollection`. No ``torch.distributed`` here: the host tells the ledger its rank and
+world size.
+
+**Positions.** The ledger counts the rows a rank was dealt in *segments*. A segment starts at ``reset()`` (global
+position ``base = 0``) or when states saved on other ranks are loaded (:func:`load_rank_states`): then ``base`` is the
+number of global sampler positions the old ranks had dealt (``W_old * k`` after ``k`` rows each). Row ``j`` of a
+segment on rank ``r`` of ``W`` has global position ``base + j * W + r``; positions ``>= dataset_size`` are padding.
+With ``base = 0`` this is the ``DistributedSampler`` rule; after a resume it is the rule of a ``DistributedSampler``
+over the samples not dealt yet.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+from torchmetrics.utilities.data import dim_zero_cat
+
+from torchmetrics_varlen._dedup import SyncReport, report_from_counts, sampler_kept_rows
+from torchmetrics_varlen._dist.group import group_position
+
+KEY = "varlen_ledger"  # the state_dict entry (with the host's persistent states): [world, rank, base, origin, *counts]
+_COUNTS = ("rows_seen", "padding_dropped", "rejected")
+
+
+class Ledger:
+    """The bookkeeping of one guarded metric (see the module docstring).
+
+    Args:
+        what: How messages name the host (``"VarlenAUROC"``, ``"Varlen(BinaryAccuracy)"``).
+        dataset_size: ``len(dataset)`` of the ``DistributedSampler``, or ``None``.
+        counters: The host's tensor states holding rows seen, padding dropped and rejected rows (summed by the
+            sync, reset by ``reset()``); ``None``: the ledger keeps them itself (a collection).
+    """
+
+    def __init__(self, what: str, dataset_size: int | None, counters: tuple[str, str, str] | None = None) -> None:
+        self.what = what
+        self.dataset_size = dataset_size
+        self.counters = counters
+        self.own = [0, 0, 0]
+        self.base = 0  # global sampler positions dealt before this segment
+        self.origin = 0  # rows + rejected already counted when this segment started (loaded rows)
+        self.saved_at: tuple[int, int] | None = None  # (rank, world) of loaded states, until checked
+        self.persistent = False  # for a ledger that keeps its own counters (the host's states decide otherwise)
+        self.warned = False
+        self._position = 0
+        self._position_of: Any = None
+
+    # ------------------------------------------------------------------ counters and positions
+
+    def counts(self, host: Any) -> list[int]:
+        """Rows seen, padding dropped and rejected rows of this rank."""
+        if self.counters is None:
+            return list(self.own)
+        return [int(getattr(host, name)) for name in self.counters]
+
+    def add(self, host: Any, rows: int = 0, padding: int = 0, rejected: int = 0) -> None:
+        """Count rows (out of place: a metric pickled to spawned processes may share its tensors' storage)."""
+        if self.counters is None:
+            self.own = [self.own[0] + rows, self.own[1] + padding, self.own[2] + rejected]
+            return
+        for name, n in zip(self.counters, (rows, padding, rejected), strict=True):
+            if n:
+                setattr(host, name, getattr(host, name) + n)
+
+    def position(self, host: Any) -> int:
+        """The segment position of this rank's next row (rows seen + rejected, since the segment started)."""
+        if self.counters is None:
+            return self.own[0] + self.own[2] - self.origin
+        tensor = getattr(host, self.counters[0])
+        if self._position_of is not tensor:  # states replaced from outside: reset, load, compute group, forward
+            seen, _, rejected = self.counts(host)
+            self._position, self._position_of = seen + rejected - self.origin, tensor
+        return self._position
+
+    def kept_rows(self, start: int, rows: int, process_group: Any) -> int:
+        """How many of the ``rows`` rows from segment position ``start`` are not sampler padding (all without
+        ``dataset_size``).
+        """
+        if self.dataset_size is None:
+            return rows
+        rank, world = group_position(process_group)
+        return sampler_kept_rows(start, rows, rank, world, self.dataset_size - self.base)
+
+    def accept(self, host: Any, start: int, rows: int, kept: int) -> None:
+        """Count a batch that was taken: ``rows`` dealt, ``kept`` of them real."""
+        self.add(host, rows=rows, padding=rows - kept)
+        self._moved(host, start + rows)
+
+    def reject(self, host: Any, start: int, rows: int) -> None:
+        """Count a batch that ``update()`` refused: nothing stored, but its rows took their sampler positions."""
+        self.add(host, rejected=rows)
+        self._moved(host, start + rows)
+
+    def _moved(self, host: Any, position: int) -> None:
+        self._position = position
+        self._position_of = None if self.counters is None else getattr(host, self.counters[0])
+
+    def reset(self) -> None:
+        """A new epoch: positions from 0, counters (the host resets its states) and the warning re-armed."""
+        self.own, self.base, self.origin, self.saved_at, self.warned = [0, 0, 0], 0, 0, None, False
+        self._position_of = None
+
+    # ------------------------------------------------------------------ checks of a batch
+
+    def check_mode(self, mode: str | None, with_ids: bool) -> None:
+        """Raise if a batch switches between ``sample_ids`` and none within an epoch."""
+        new = "ids" if with_ids else "none"
+        if mode is not None and mode != new:
+            msg = (
+                f"{self.what}: this update {'has' if with_ids else 'has no'} `sample_ids` but earlier updates"
+                f" {'had' if mode == 'ids' else 'had none'}. Pass `sample_ids` with every update or with none (call"
+                " reset() to switch)."
+            )
+            raise ValueError(msg)
+
+    def check_ids(self, ids: Tensor) -> None:
+        """With ``dataset_size``: every id must lie in ``[0, dataset_size)``."""
+        if self.dataset_size is None or ids.numel() == 0:
+            return
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= self.dataset_size:
+            bad = low if low < 0 else high
+            msg = (
+                f"{self.what}: sample id {bad} is outside [0, dataset_size={self.dataset_size}). Ids must be global"
+                " indices into the data set; check `sample_ids` and `dataset_size`. The batch was not added."
+            )
+            raise ValueError(msg)
+
+    # ------------------------------------------------------------------ the report and its warning
+
+    def info(self, host: Any) -> dict[str, int]:
+        """This rank's counters for the sync's metadata, and where its segment's positions come from."""
+        seen, padding, rejected = self.counts(host)
+        info = {"rows_seen": seen, "padding_dropped": padding, "rejected": rejected, "ledger_base": self.base}
+        info["ledger_misplaced"] = int(self._misplaced(host))
+        return info
+
+    def _misplaced(self, host: Any) -> bool:
+        if self.saved_at is None:
+            return False
+        rank, world = group_position(getattr(host, "process_group", None))
+        return self.saved_at != (rank, world) and any(self.counts(host))
+
+    def report(self, host: Any, info: list[dict[str, int]] | None, kept: int | None, *, synced: bool) -> SyncReport:
+        """The ``SyncReport`` of one evaluation (``info``: every rank's :meth:`info`; ``None``: this rank's alone).
+
+        Raises:
+            ValueError: If loaded states cannot be placed exactly (raised on every rank of a sync: all see ``info``).
+        """
+        info = info or [self.info(host)]
+        misplaced = [r for r, i in enumerate(info) if i.get("ledger_misplaced")]
+        bases = {i.get("ledger_base", 0) for i in info}
+        if misplaced or (self.dataset_size is not None and len(bases) > 1):
+            where = f"rank(s) {misplaced}" if misplaced else f"ranks with sampler bases {sorted(bases)}"
+            msg = (
+                f"{self.what}: the states loaded on {where} were saved on another rank or world size, so their"
+                " samples cannot be placed exactly. Load every rank's saved state_dict with"
+                " torchmetrics_varlen.load_rank_states(metric, state_dicts) on every rank instead."
+            )
+            raise ValueError(msg)
+        _, world = group_position(getattr(host, "process_group", None))
+        return report_from_counts(info, kept, self.dataset_size, partial=not synced and world > 1)
+
+    def warn(self, report: SyncReport | None, stacklevel: int = 3) -> None:
+        """The "never seen" warning, once per epoch, the same text on every rank (every rank has the report).
+
+        ``stacklevel`` counts from here: 3 is the caller of the host's ``compute`` wrapper that calls this.
+        """
+        if report is None or not report.missing or self.warned:
+            return
+        self.warned = True
+        rejected = f" ({report.rejected} rows were in batches that update() rejected)" if report.rejected else ""
+        warnings.warn(
+            f"{self.what}: dataset_size={self.dataset_size} but only {report.kept} samples were evaluated:"
+            f" {report.missing} were never seen{rejected}. The cause cannot be told from here: a partial pass over"
+            " the data (Lightning's sanity check, `limit_val_batches`, a loop stopped early), a DistributedSampler"
+            " with drop_last=True (it drops the tail; drop_last=False pads instead, and the padding is removed"
+            " exactly), or a rank that skipped batches. Raised once per epoch (until reset()).",
+            UserWarning,
+            stacklevel=stacklevel,
+        )
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save(self, host: Any, destination: dict[str, Any], prefix: str, persistent: bool) -> None:
+        """Add the ledger to a ``state_dict`` (with the host's states: only when they are persistent)."""
+        if not persistent:
+            return
+        rank, world = group_position(getattr(host, "process_group", None))
+        values = [world, rank, self.base, self.origin, *self.counts(host)]
+        destination[prefix + KEY] = torch.tensor(values, dtype=torch.int64)
+
+    def load(self, host: Any, state_dict: dict[str, Any], prefix: str) -> None:
+        """Take the ledger out of a ``state_dict`` being loaded (before the host's states are loaded)."""
+        saved = state_dict.pop(prefix + KEY, None)
+        if saved is None:
+            return
+        world, rank, base, origin, *counts = (int(v) for v in saved.tolist())
+        self.base, self.origin, self.saved_at, self.warned = base, origin, (rank, world), False
+        if self.counters is None:
+            self.own = counts
+        self._position_of = None
+
+
+def warning_compute(host: Any, compute: Callable[..., Any]) -> Callable[..., Any]:
+    """``compute`` (torchmetrics' wrapped one), then the host ledger's "never seen" warning, on every rank, pointing at
+    the caller of ``compute()`` (not inside ``forward``: a batch value is not an evaluation of the data set).
+    """
+
+    @functools.wraps(compute)
+    def compute_and_report(*args: Any, **kwargs: Any) -> Any:
+        value = compute(*args, **kwargs)
+        if not getattr(host, "_in_forward", False):
+            host._ledger.warn(host.sync_report)  # stacklevel 3: warn <- compute_and_report <- the caller
+        return value
+
+    return compute_and_report
+
+
+def _merge(values: list[Any], reduction: Any) -> Any:
+    """Several ranks' values of one state, reduced as the sync reduces them."""
+    if isinstance(values[0], list):
+        return [e for v in values for e in v]
+    if reduction is dim_zero_cat:
+        return torch.cat([v.reshape(1) if v.ndim == 0 else v for v in values])
+    if reduction is None:
+        return torch.stack(values)
+    return reduction(torch.stack(values))
+
+
+def _hosts(root: Any) -> list[tuple[str, Any]]:
+    modules = root.named_modules()
+    return [(f"{n}." if n else "", m) for n, m in modules if getattr(m, "_ledger", None) is not None]
+
+
+def load_rank_states(metric: Any, state_dicts: Sequence[dict[str, Any]]) -> None:
+    """Resume a metric from the states every rank saved, on any number of ranks (the same, more, fewer, or one).
+
+    Give every rank of the new group the list of all old ranks' ``state_dict()`` (saved with ``persistent(True)``),
+    in old-rank order. Rank ``r`` of ``W`` takes the states of the old ranks ``r, r + W, ...``; every rank learns how
+    many sampler positions the old ranks had dealt, so that with ``dataset_size`` the padding rule continues over the
+    samples not dealt yet (the new ranks' ``DistributedSampler`` must deal those, e.g. a sampler over the rest of the
+    epoch's index list). Works for the package's metrics, :class:`~torchmetrics_varlen.Varlen` and
+    :class:`~torchmetrics_varlen.VarlenCollection`.
+
+    Raises:
+        ValueError: If a state dict lacks the metric's states (saved without ``persistent(True)``), or, with
+            ``dataset_size`` and no ``sample_ids``, the old ranks had dealt different numbers of rows (their samples
+            cannot be placed exactly).
+
+    Example:
+        >>> from torch import tensor
+        >>> from torchmetrics_varlen import VarlenAUROC
+        >>> old = [VarlenAUROC(dataset_size=5) for _ in range(2)]  # as if saved on 2 ranks (here: 1 process)
+        >>> for m in old:
+        ...     m.persistent(True)
+        >>> old[0].update(tensor([0.9, 0.2]), tensor([1, 0]))
+        >>> old[1].update(tensor([0.3, 0.8]), tensor([0, 1]))
+        >>> new = VarlenAUROC(dataset_size=5)
+        >>> load_rank_states(new, [m.state_dict() for m in old])  # here: world size 1
+        >>> new.update(tensor([0.7]), tensor([1]))  # the 5th sample
+        >>> float(new.compute()), new.sync_report.kept
+        (1.0, 5)
+    """
+    hosts = _hosts(metric)
+    if not hosts or not state_dicts:
+        msg = f"load_rank_states: expected a metric of torchmetrics_varlen and saved states, got {type(metric)}."
+        raise ValueError(msg)
+    rank, world = group_position(getattr(hosts[0][1], "process_group", None))
+    old_world = len(state_dicts)
+    mine = [sd for r, sd in enumerate(state_dicts) if r % world == rank]
+    merged: dict[str, Any] = {}
+    for prefix, host in hosts:
+        ledger = host._ledger
+        saved = [sd.get(prefix + KEY) for sd in state_dicts]
+        if any(s is None for s in saved):
+            msg = (
+                f"load_rank_states: a state dict has no states of {ledger.what} (`{prefix}{KEY}` is missing): call"
+                " metric.persistent(True) before state_dict(), on every rank."
+            )
+            raise ValueError(msg)
+        # world, rank, base, origin, seen, padding, rejected
+        rows = [[int(v) for v in s.tolist()] for s in saved if s is not None]
+        positions = {r[4] + r[6] - r[3] for r in rows}
+        bases = {r[2] for r in rows}
+        ids_mode = any(sd.get(prefix + "ids") or sd.get(prefix + "varlen_ids") for sd in state_dicts)
+        if ledger.dataset_size is not None and not ids_mode and (len(positions) > 1 or len(bases) > 1):
+            msg = (
+                f"load_rank_states: {ledger.what} with dataset_size: the {old_world} saved ranks had dealt different"
+                f" numbers of rows ({sorted(positions)}), so their samples' sampler positions are not known and the"
+                " resumed value could not be exact. Save the states when every rank has seen the same number of"
+                " batches."
+            )
+            raise ValueError(msg)
+        base = rows[0][2] + max(positions) * old_world
+        counts = [sum(r[i] for r in rows if r[1] % world == rank) for i in (4, 5, 6)]
+        merged[prefix + KEY] = torch.tensor([world, rank, base, counts[0] + counts[2], *counts], dtype=torch.int64)
+    for name, module in metric.named_modules():
+        if not isinstance(module, Metric):
+            continue
+        prefix = f"{name}." if name else ""
+        for state, reduction in module._reductions.items():
+            values = [sd[prefix + state] for sd in mine if prefix + state in sd]
+            if values:
+                merged[prefix + state] = _merge(values, reduction)
+    metric.reset()
+    metric.load_state_dict(merged, strict=False)
