@@ -1,6 +1,8 @@
 """Regenerate the documentation's figures from code (run by ``nox -s docs`` before the build).
 
-- ``figures/auroc_vs_world_size.png``: ``python -m torchmetrics_varlen demo --plot ...``.
+- ``figures/auroc_vs_world_size.png``: ``python -m torchmetrics_varlen demo --plot ...``; the same run's output
+  also refreshes the demo excerpt in ``pages/guide.md`` (between its ``demo-excerpt`` markers), so the guide never
+  shows a stale table.
 - ``figures/roc_curve.png``: ``VarlenROC().plot()`` on rank 0 after a sync over 3 CPU ranks with uneven shards
   (rank 0 has no data).
 - ``figures/uncertainty_width.png``: the width of DeLong's 95% interval (``functional.auroc_interval``) against N,
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -19,7 +22,37 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-FIGURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pages", "figures")
+PAGES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pages")
+FIGURES = os.path.join(PAGES, "figures")
+EXCERPT = re.compile(r"(<!-- demo-excerpt:start -->\n)(.*?)(<!-- demo-excerpt:end -->)", re.DOTALL)
+
+
+def demo_excerpt(output: str) -> str:
+    """The guide's excerpt of the demo's table: its header and, for every world size, the rows with batch size 8
+    whose ``drop_last`` equals ``shuffle`` (one plain and one shuffled-and-truncated configuration per W).
+    """
+    lines = output.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.lstrip().startswith("W "))
+    rows = []
+    for line in lines[head + 2 :]:
+        fields = line.split()
+        if len(fields) < 4 or not fields[0].isdigit():
+            break
+        if fields[1] == "8" and fields[2] == fields[3]:
+            rows.append(line)
+    return "\n".join(["```text", lines[head], *rows, "```", ""])
+
+
+def refresh_guide(output: str) -> None:
+    """Replace the excerpt between the guide's markers with the one from this run's demo output."""
+    path = os.path.join(PAGES, "guide.md")
+    with open(path) as fh:
+        text = fh.read()
+    if not EXCERPT.search(text):
+        msg = f"{path}: no <!-- demo-excerpt:start --> ... <!-- demo-excerpt:end --> markers"
+        raise SystemExit(msg)
+    with open(path, "w") as fh:
+        fh.write(EXCERPT.sub(lambda m: m.group(1) + demo_excerpt(output) + m.group(3), text))
 
 
 def _roc_rank(rank: int, world: int, store: str, path: str) -> None:
@@ -85,7 +118,7 @@ def main() -> None:
         "--plot",
         os.path.join(FIGURES, "auroc_vs_world_size.png"),
     ]
-    subprocess.run(demo, check=True, stdout=subprocess.DEVNULL)
+    refresh_guide(subprocess.run(demo, check=True, capture_output=True, text=True).stdout)
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(
             _roc_rank, args=(3, os.path.join(tmp, "store"), os.path.join(FIGURES, "roc_curve.png")), nprocs=3, join=True
