@@ -281,35 +281,41 @@ def _prepare(
         if outbox is not None:
             outbox.rows = _pack(cat, mine, comm)
             outbox.summed = _flatten_summed(summed, comm)
+    except _Unsendable as err:
+        return mine, str(err)
     except Exception as err:  # whatever it is, every rank must hear of it before the exchange
         return mine, f"{type(err).__name__}: {err}"
     return mine, None
 
 
+class _Unsendable(ValueError):
+    """A state this rank cannot send (the message says why)."""
+
+
 def _local_layout(name: str, pieces: list[Tensor]) -> StateLayout:
-    """This rank's layout of cat state ``name``; raises ``ValueError`` if it cannot be sent."""
+    """This rank's layout of cat state ``name``; raises :class:`_Unsendable` if it cannot be sent."""
     if not pieces:
         msg = f"state `{name}` holds no tensor (at least one, possibly empty, is needed)"
-        raise ValueError(msg)
+        raise _Unsendable(msg)
     scalars = [p for p in pieces if p.ndim == 0]
     if scalars:
         msg = f"state `{name}` holds a 0-d tensor (a scalar): concatenated states need at least one dimension"
-        raise ValueError(msg)
+        raise _Unsendable(msg)
     odd = sorted({str(p.dtype) for p in pieces if p.dtype not in _DTYPES})
     if odd:
         msg = (
             f"state `{name}` has dtype {', '.join(odd)}, which cannot be sent (supported: bool, uint8, int8-int64,"
             " float16, bfloat16, float32, float64, complex64, complex128); convert it before syncing"
         )
-        raise ValueError(msg)
+        raise _Unsendable(msg)
     layout = StateLayout.of(pieces)
     if len(layout.trailing) > _MAX_DIMS:
         msg = f"state `{name}` has {len(layout.trailing)} trailing dimensions; at most {_MAX_DIMS} can be synced"
-        raise ValueError(msg)
+        raise _Unsendable(msg)
     shapes = sorted({tuple(p.shape[1:]) for p in pieces if p.shape[0]})
     if len(shapes) > 1:
         msg = f"the pieces of state `{name}` differ in trailing shape ({', '.join(map(str, shapes))})"
-        raise ValueError(msg)
+        raise _Unsendable(msg)
     return layout
 
 
