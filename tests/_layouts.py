@@ -82,7 +82,7 @@ def relaid(x: Tensor, layout: str) -> Tensor:
             return torch.stack([x, junk]).t()[:, 0]
         return x.t().contiguous().t()
     if layout == "offset":
-        return torch.cat([junk[:1], junk[:2], x])[3:] if x.ndim == 1 else torch.cat([junk[:1], x])[1:]
+        return torch.cat([torch.full((3, *x.shape[1:]), _JUNK).to(x.dtype), x])[3:]
     if layout == "step":  # t[::2]
         return torch.stack([x, junk], dim=1).reshape(2 * x.shape[0], *x.shape[1:])[::2]
     return x.clone()
