@@ -183,7 +183,8 @@ def check_sample_ids(sample_ids: Any, rows: int, metric: Metric) -> Tensor:
     if sample_ids.is_floating_point() or sample_ids.is_complex() or sample_ids.dtype == torch.bool:
         msg = f"Expected `sample_ids` to be an integer tensor, one id per sample, but got dtype {sample_ids.dtype}."
         raise ValueError(msg)
-    if tuple(sample_ids.shape) != (rows,):
+    ids: Tensor = sample_ids.reshape(1) if sample_ids.ndim == 0 and rows == 1 else sample_ids  # a 0-d sample's id
+    if tuple(ids.shape) != (rows,):
         msg = f"Expected `sample_ids` to have shape ({rows},), one id per sample, but got {tuple(sample_ids.shape)}."
         raise ValueError(msg)
     tensors = sorted(n for n in metric._defaults if isinstance(getattr(metric, n), Tensor))
@@ -201,7 +202,7 @@ def check_sample_ids(sample_ids: Any, rows: int, metric: Metric) -> Tensor:
             f" {type(metric).__name__} reduces {custom} otherwise. Use `dataset_size=` instead."
         )
         raise ValueError(msg)
-    return sample_ids.long()
+    return ids.long()
 
 
 def list_states(metric: Metric) -> dict[str, list[Any]]:

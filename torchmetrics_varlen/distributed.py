@@ -19,7 +19,8 @@ def gather_varlen(tensor: Tensor, group: Any | None = None, *, sync_timeout: flo
     """Concatenate every rank's ``tensor`` along dim 0, whatever each rank's length.
 
     Each rank may pass any number of rows, zero included, as long as the trailing dimensions agree across the ranks
-    that have rows. Floating dtypes that differ across ranks are promoted to a common dtype (``float16`` and
+    that have rows. Any layout works (strided, transposed, expanded or offset views give what their contiguous copy
+    gives). Floating dtypes that differ across ranks are promoted to a common dtype (``float16`` and
     ``bfloat16`` give ``float32``), never reinterpreted; mixing floating point and integer data raises. The data
     moves in one exchange on the tensor's device (CUDA for NCCL), after a check-in on the process group's store
     that turns a missing rank into a :class:`MetricSyncError` within ``sync_timeout`` seconds instead of a hang.
@@ -35,22 +36,23 @@ def gather_varlen(tensor: Tensor, group: Any | None = None, *, sync_timeout: flo
         The concatenation of all ranks' tensors, on ``tensor.device``.
 
     Raises:
-        ValueError: If ``tensor`` is 0-D.
-        MetricSyncError: If a rank does not arrive in time, or the ranks' tensors cannot be concatenated.
+        ValueError: If ``tensor`` is 0-D and there is no process group to gather over.
+        MetricSyncError: On every rank, if a rank does not arrive in time, a rank's tensor cannot be sent (0-D, or
+            a dtype such as ``uint16`` or ``float8`` that has no wire encoding: the error names the rank and why;
+            no data moves and the process group stays usable), or the ranks' tensors cannot be concatenated.
 
     Example:
         >>> import torch
         >>> gather_varlen(torch.arange(3))  # no process group: the tensor itself
         tensor([0, 1, 2])
     """
-    if tensor.ndim == 0:
-        msg = "Expected `tensor` to have at least one dimension (the one that varies across ranks), but got a scalar."
-        raise ValueError(msg)
-    if not distributed_available():
+    layout = GroupLayout.of(group) if distributed_available() else None
+    if layout is None or layout.world == 1:
+        if tensor.ndim == 0:
+            msg = "Expected `tensor` to have at least one dimension (the one that varies across ranks), not a scalar."
+            raise ValueError(msg)
         return tensor
-    layout = GroupLayout.of(group)
-    if layout.world == 1:
-        return tensor
+    # With other ranks, what this rank cannot send (a scalar, an unsupported dtype) is raised on every rank.
     request = SyncRequest(
         layout, "gather_varlen", {"op": "gather_varlen"}, sync_timeout, "gather_varlen()", _FIX_GATHER
     )

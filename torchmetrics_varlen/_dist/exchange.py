@@ -4,8 +4,14 @@ After the check-in (``guard.py``) every rank all-gathers one small int64 vector 
 made sure the ranks agree on which states and counters exist): its counters, its modes, and for every
 concatenated ("cat") state its rows, dtype and trailing shape. From these every rank derives the same layout.
 
-The cat states of every rank are then packed into one byte buffer per rank (each state 8-byte aligned, floats
-promoted to the dtype common to all ranks) and moved together: on gloo one broadcast per rank that has rows, all in
+Before that all-gather every rank does everything that could fail on it alone: it checks that each state can be
+encoded (a dtype with a wire code, at most ``_MAX_DIMS`` trailing dimensions, pieces of one trailing shape) and packs
+its cat states into its send buffer, whatever their layout (strided, transposed, expanded, offset views are copied
+straight into the buffer, in their own dtype). A rank that fails says so in its vector (and why, in the store), so
+every rank raises the same :class:`MetricSyncError` before any data moves and the process group stays in step.
+
+The packed cat states (each state 16-byte aligned, in the sending rank's own dtype; the receivers promote to the
+dtype common to all ranks) are then moved together: on gloo one broadcast per rank that has rows, all in
 flight at once, each rank packing straight into its own slot of the receive buffer; on NCCL one uneven all-gather;
 to one rank (``dst``) point-to-point sends straight into that rank's buffer. Summed states are moved with one
 all-reduce. The number of collectives never depends on the number of states. Every collective runs asynchronously
@@ -32,9 +38,9 @@ from torchmetrics_varlen._dist.group import GroupLayout, comm_device, is_nccl
 from torchmetrics_varlen._dist.guard import Ticket, check_in
 from torchmetrics_varlen._dist.works import keep
 
-_ALIGN = 8
+_ALIGN = 16  # the widest element (complex128): every piece can be viewed in its dtype
 _MAX_DIMS = 8  # trailing dimensions a cat state may have
-# Dtypes by wire code (the position in this tuple).
+# Dtypes by wire code (the position in this tuple). Others (uint16-64, float8, complex32, quantized) cannot be synced.
 _DTYPES = (
     torch.bool,
     torch.uint8,
@@ -104,13 +110,28 @@ class RankMeta:
     modes: dict[str, str | None]
 
 
+@dataclass
+class Outbox:
+    """This rank's states as they leave it, packed before the metadata all-gather (taken by the data exchange).
+
+    ``rows``: the cat states' bytes (in name order, each state 16-byte aligned, in this rank's own dtypes) on the
+    communication device; ``summed``: the summed states flattened into their wire dtype. ``None`` until packed.
+    """
+
+    rows: Tensor | None = None
+    summed: Tensor | None = None
+
+
 @dataclass(frozen=True)
 class CheckedIn:
-    """What every rank knows after the check-in and the metadata all-gather (the same on every rank)."""
+    """What every rank knows after the check-in and the metadata all-gather (the same on every rank), and this
+    rank's packed states (``outbox``).
+    """
 
     ticket: Ticket
     ranks: list[RankMeta]
     layouts: dict[str, tuple[torch.dtype, tuple[int, ...]]] = field(default_factory=dict)
+    outbox: Outbox = field(default_factory=Outbox)
 
     @property
     def info(self) -> list[dict[str, int]]:
@@ -175,22 +196,21 @@ def check_in_states(
     device: torch.device,
     info: dict[str, int] | None = None,
     modes: dict[str, Mode] | None = None,
+    pack: bool = True,
 ) -> CheckedIn:
     """The check-in and the metadata all-gather; verifies that the ranks' states can be combined.
 
-    ``cat`` states are lists of pieces (stored batches; at least one, possibly empty). ``info`` (small integers,
-    e.g. per-rank counters) comes back per rank; ``modes`` must agree across the ranks where they are set.
+    ``cat`` states are lists of pieces (stored batches, of any layout; at least one, possibly empty). ``info``
+    (small integers, e.g. per-rank counters) comes back per rank; ``modes`` must agree across the ranks where they
+    are set. Unless ``pack=False`` (a sync that moves no rows), every rank packs its states for the data exchange
+    before the metadata all-gather, so that a failure to encode or pack them is known to every rank before any data
+    moves.
 
     Raises:
-        MetricSyncError: On every rank, if a rank is missing, or the ranks' configurations, modes, dtype families
-            or trailing shapes disagree.
+        MetricSyncError: On every rank, if a rank is missing, a rank cannot encode or pack its states (naming it and
+            why), or the ranks' configurations, modes, dtype families or trailing shapes disagree.
     """
     info, modes = info or {}, modes or {}
-    mine = {name: StateLayout.of(pieces) for name, pieces in sorted(cat.items())}
-    too_deep = [n for n, s in mine.items() if len(s.trailing) > _MAX_DIMS]
-    if too_deep:
-        msg = f"{request.what}: states with more than {_MAX_DIMS} trailing dimensions cannot be synced: {too_deep}."
-        raise ValueError(msg)
     agreed = {
         "config": request.config,
         "states": {
@@ -211,17 +231,28 @@ def check_in_states(
         what=request.what,
         fix=request.fix,
     )
-    vector = [int(signature[:15], 16), *(info[k] for k in sorted(info)), *(modes[k].code() for k in sorted(modes))]
-    for layout in mine.values():
+    comm = comm_device(request.layout.group, device)
+    outbox = Outbox()
+    mine, problem = _prepare(cat, summed, comm, outbox if pack else None)
+    if problem is not None:
+        ticket.set(f"problem/{request.layout.rank}", problem[:1000])
+    vector = [int(signature[:15], 16), problem is not None]
+    vector += [*(info[k] for k in sorted(info)), *(modes[k].code() for k in sorted(modes))]
+    for name in sorted(cat):
+        layout = mine.get(name)
+        if layout is None:  # this rank reports a problem: the layout is never read
+            vector += [0] * (3 + _MAX_DIMS)
+            continue
         dims = [*layout.trailing, *([0] * (_MAX_DIMS - len(layout.trailing)))]
         vector += [layout.rows, _DTYPES.index(layout.dtype), len(layout.trailing), *dims]
-    local = torch.tensor(vector, dtype=torch.int64, device=comm_device(request.layout.group, device))
+    local = torch.tensor(vector, dtype=torch.int64, device=comm)
     rows = all_gather_fixed(local, ticket, "the metadata all-gather").tolist()
     if len({r[0] for r in rows}) > 1:  # pragma: no cover - a 60-bit digest collision in the check-in
         msg = f"{request.what}: the ranks' configurations differ (their digests do)."
         raise MetricSyncError(msg)
+    _raise_problems(ticket, [r for r, row in enumerate(rows) if row[1]])
     ranks = [_decode(r, sorted(info), modes, sorted(cat)) for r in rows]
-    checked = CheckedIn(ticket, ranks)
+    checked = CheckedIn(ticket, ranks, outbox=outbox)
     for name, mode in sorted(modes.items()):
         _agree_on_mode(name, [r.modes[name] for r in ranks], mode, checked)
     for name in sorted(cat):
@@ -229,8 +260,84 @@ def check_in_states(
     return checked
 
 
+def _prepare(
+    cat: dict[str, list[Tensor]], summed: dict[str, Tensor], comm: torch.device, outbox: Outbox | None
+) -> tuple[dict[str, StateLayout], str | None]:
+    """Everything of a sync that can fail on this rank alone, done before the metadata all-gather; never raises.
+
+    Returns this rank's layout of every cat state and ``None``, or a short reason why its states cannot be sent.
+    With ``outbox``, packs the states into it.
+    """
+    mine: dict[str, StateLayout] = {}
+    try:
+        for name, pieces in sorted(cat.items()):
+            mine[name] = _local_layout(name, pieces)
+        if (
+            summed
+            and len({v.is_floating_point() for v in summed.values()}) > 1
+            or any(v.is_complex() for v in summed.values())
+        ):
+            return mine, "summed states must be all integer or all real floating point"
+        if outbox is not None:
+            outbox.rows = _pack(cat, mine, comm)
+            outbox.summed = _flatten_summed(summed, comm)
+    except _Unsendable as err:
+        return mine, str(err)
+    except Exception as err:  # whatever it is, every rank must hear of it before the exchange
+        return mine, f"{type(err).__name__}: {err}"
+    return mine, None
+
+
+class _Unsendable(ValueError):
+    """A state this rank cannot send (the message says why)."""
+
+
+def _local_layout(name: str, pieces: list[Tensor]) -> StateLayout:
+    """This rank's layout of cat state ``name``; raises :class:`_Unsendable` if it cannot be sent."""
+    if not pieces:
+        msg = f"state `{name}` holds no tensor (at least one, possibly empty, is needed)"
+        raise _Unsendable(msg)
+    scalars = [p for p in pieces if p.ndim == 0]
+    if scalars:
+        msg = f"state `{name}` holds a 0-d tensor (a scalar): concatenated states need at least one dimension"
+        raise _Unsendable(msg)
+    odd = sorted({str(p.dtype) for p in pieces if p.dtype not in _DTYPES})
+    if odd:
+        msg = (
+            f"state `{name}` has dtype {', '.join(odd)}, which cannot be sent (supported: bool, uint8, int8-int64,"
+            " float16, bfloat16, float32, float64, complex64, complex128); convert it before syncing"
+        )
+        raise _Unsendable(msg)
+    layout = StateLayout.of(pieces)
+    if len(layout.trailing) > _MAX_DIMS:
+        msg = f"state `{name}` has {len(layout.trailing)} trailing dimensions; at most {_MAX_DIMS} can be synced"
+        raise _Unsendable(msg)
+    shapes = sorted({tuple(p.shape[1:]) for p in pieces if p.shape[0]})
+    if len(shapes) > 1:
+        msg = f"the pieces of state `{name}` differ in trailing shape ({', '.join(map(str, shapes))})"
+        raise _Unsendable(msg)
+    return layout
+
+
+def _raise_problems(ticket: Ticket, flagged: list[int]) -> None:
+    """After the metadata all-gather: if some ranks could not encode or pack their states, raise on every rank."""
+    if not flagged:
+        return
+    layout = ticket.layout
+    keys = [f"problem/{r}" for r in flagged]
+    ticket.extra_keys.extend(keys)  # deleted with the sync's other keys
+    lines = [f"  {layout.describe(r)}: {ticket.get(k).decode()}" for r, k in zip(flagged, keys, strict=True)]
+    msg = (
+        f"{ticket.what} ({ticket.identity!r}): {layout.describe_all(flagged)} could not send"
+        f" {'its' if len(flagged) == 1 else 'their'} states, so no rank exchanged any data:\n"
+        + "\n".join(lines)
+        + "\nFix the input on the rank(s) named; the process group is unaffected and the next sync can proceed."
+    )
+    raise MetricSyncError(msg)
+
+
 def _decode(row: list[int], info: list[str], modes: dict[str, Mode], names: list[str]) -> RankMeta:
-    at = 1
+    at = 2  # after the configuration digest and the problem flag
     counters = dict(zip(info, row[at : at + len(info)], strict=True))
     at += len(info)
     settled = {}
@@ -312,9 +419,14 @@ def exchange_states(
 ) -> Gathered:
     """The data half of :func:`sync_states`, after :func:`check_in_states` returned ``checked`` for these states."""
     comm = comm_device(checked.ticket.layout.group, device)
+    box = checked.outbox
+    rows, box.rows = box.rows, None  # the exchange takes them: no reference outlives it
+    flat, box.summed = box.summed, None
     try:
-        gathered = _gather_packed(cat, checked, comm, dst)
-        reduced = _reduce_summed(summed, checked, comm)
+        if rows is None:  # checked in with pack=False: pack now
+            rows = _pack(cat, {n: checked.ranks[checked.ticket.layout.rank].states[n] for n in cat}, comm)
+        gathered = _gather_packed(rows, sorted(cat), checked, comm, dst)
+        reduced = _reduce_summed(summed, flat, checked, comm)
     except MetricSyncError:
         raise
     except Exception as err:  # a local failure (e.g. out of memory): tell the other ranks before raising
@@ -335,36 +447,72 @@ def _empty_states(checked: CheckedIn, names: list[str], device: torch.device) ->
     return {n: [torch.empty((0, *checked.layouts[n][1]), dtype=checked.layouts[n][0], device=device)] for n in names}
 
 
+def _write(region: Tensor, tensor: Tensor) -> None:
+    """Copy ``tensor`` (any layout, device or dtype) into the byte slice ``region`` as ``region``'s dtype, in one
+    copy: ``region`` is viewed as a contiguous tensor of ``tensor``'s shape, so strided, transposed, expanded and
+    offset views are laid out row-major on the way, and a contiguous tensor is copied exactly once.
+    """
+    region.view(tensor.shape).copy_(tensor.detach())
+
+
+def _pack(cat: dict[str, list[Tensor]], layouts: dict[str, StateLayout], comm: torch.device) -> Tensor:
+    """This rank's stored batches of every state, in name order and 16-byte aligned, in one byte buffer on ``comm``,
+    each state in this rank's own dtype (``layouts``); uninitialised alignment bytes are never read back.
+    """
+    names = sorted(cat)
+    sizes = [_nbytes(layouts[n].rows, layouts[n].trailing, layouts[n].dtype) for n in names]
+    buf = torch.empty(sum(sizes), dtype=torch.uint8, device=comm)
+    offset = 0
+    for n, size in zip(names, sizes, strict=True):
+        dtype = layouts[n].dtype
+        start = offset
+        for piece in cat[n]:
+            nbytes = piece.numel() * dtype.itemsize
+            if nbytes:
+                _write(buf[start : start + nbytes].view(dtype), piece)
+            start += nbytes
+        offset += size
+    return buf
+
+
 def _gather_packed(
-    cat: dict[str, list[Tensor]], checked: CheckedIn, comm: torch.device, dst: int | None
+    mine: Tensor, names: list[str], checked: CheckedIn, comm: torch.device, dst: int | None
 ) -> dict[str, list[Tensor]]:
-    """Every rank's rows of every cat state, as per-rank pieces (views of the received buffer)."""
+    """Every rank's rows of every cat state, as per-rank pieces (views of the received buffer), from ``mine`` (this
+    rank's packed rows).
+    """
     ticket = checked.ticket
     layout = ticket.layout
     rank, world, group = layout.rank, layout.world, layout.group
-    names = sorted(cat)
     rows = {n: checked.rows(n) for n in names}
     sizes = [
-        sum(_nbytes(rows[n][r], checked.layouts[n][1], checked.layouts[n][0]) for n in names) for r in range(world)
+        sum(_nbytes(rows[n][r], checked.layouts[n][1], checked.ranks[r].states[n].dtype) for n in names)
+        for r in range(world)
     ]
-    total = sum(sizes)
-    if total == 0:
+    if sum(sizes) == 0:
         return _empty_states(checked, names, comm)
-    nccl = is_nccl(group)
-    bounds = [sum(sizes[:r]) for r in range(world + 1)]
     receives = dst is None or rank == dst
-    out = torch.empty(total if receives else 0, dtype=torch.uint8, device=comm)
-    parts = [out[bounds[r] : bounds[r + 1]] for r in range(world)] if receives else []
-    # gloo's broadcasts and the receiving rank of a gather pack straight into their own slot of the receive buffer;
-    # NCCL's all-gather and a rank that only sends pack into a send buffer of their own. (Uninitialised on purpose:
-    # alignment bytes are never read back.)
-    separate = not receives or (nccl and dst is None)
-    mine = torch.empty(sizes[rank], dtype=torch.uint8, device=comm) if separate else parts[rank]
-    _pack(cat, names, checked, mine)
+    glob = layout.global_ranks
+    if is_nccl(group) and dst is None:
+        out = torch.empty(sum(sizes), dtype=torch.uint8, device=comm)
+        bounds = [sum(sizes[:r]) for r in range(world + 1)]
+        parts = [out[bounds[r] : bounds[r + 1]] for r in range(world)]
+        wait(dist.all_gather(parts, mine, group=group, async_op=True), ticket, "the data all-gather")
+        return _unpack(parts, names, checked, rows)
+    # gloo, and a gather to one rank: this rank's own part is its send buffer; the others' parts are slots of one
+    # receive buffer (no copy of the own rows, no padding).
+    others = torch.empty(sum(sizes) - sizes[rank] if receives else 0, dtype=torch.uint8, device=comm)
+    parts, at = [], 0
+    for r in range(world):
+        if r == rank:
+            parts.append(mine)
+        else:
+            size = sizes[r] if receives else 0
+            parts.append(others[at : at + size])
+            at += size
     if dst is not None:
         # Gather to one rank, point to point, straight into the slots of one buffer (gloo's gather would pad every
         # rank to the widest and stage a second full-size copy).
-        glob = layout.global_ranks
         if rank == dst:
             ops = [dist.P2POp(dist.irecv, parts[r], glob[r], group) for r in range(world) if r != rank and sizes[r]]
         else:
@@ -373,12 +521,9 @@ def _gather_packed(
             wait(work, ticket, "the gather to one rank")
         if rank != dst:
             return _empty_states(checked, names, comm)
-    elif nccl:
-        wait(dist.all_gather(parts, mine, group=group, async_op=True), ticket, "the data all-gather")
     else:
         # gloo: one broadcast per rank with rows, all in flight together. Unlike gloo's all-gather (equal sizes only,
         # and the result staged in a second full-size buffer) this moves uneven shards without padding or extra copy.
-        glob = layout.global_ranks
         works = [
             keep(dist.broadcast(parts[r], src=glob[r], group=group, async_op=True)) for r in range(world) if sizes[r]
         ]
@@ -387,47 +532,46 @@ def _gather_packed(
     return _unpack(parts, names, checked, rows)
 
 
-def _pack(cat: dict[str, list[Tensor]], names: list[str], checked: CheckedIn, buf: Tensor) -> None:
-    """Copy this rank's stored batches of every state, in name order and 8-byte aligned, into the byte buffer."""
-    rank = checked.ticket.layout.rank
-    offset = 0
-    for n in names:
-        dtype, trailing = checked.layouts[n]
-        start = offset
-        for piece in cat[n]:
-            flat = piece.to(device=buf.device, dtype=dtype).reshape(-1)
-            nbytes = flat.numel() * flat.element_size()
-            buf[start : start + nbytes].copy_(flat.view(torch.uint8))
-            start += nbytes
-        offset += _nbytes(checked.rows(n)[rank], trailing, dtype)
-
-
 def _unpack(
     parts: list[Tensor], names: list[str], checked: CheckedIn, rows: dict[str, list[int]]
 ) -> dict[str, list[Tensor]]:
+    """Per-rank pieces of every state: views of the parts in the sending rank's dtype, promoted to the agreed one."""
     pieces: dict[str, list[Tensor]] = {n: [] for n in names}
     for r, part in enumerate(parts):
         offset = 0
         for n in names:
             dtype, trailing = checked.layouts[n]
+            sent = checked.ranks[r].states[n].dtype
             count = rows[n][r] * math.prod(trailing)
-            chunk = part[offset : offset + count * dtype.itemsize]
-            if rows[n][r] or (r == len(parts) - 1 and not pieces[n]):
-                pieces[n].append(chunk.view(dtype).reshape(rows[n][r], *trailing))
-            offset += _nbytes(rows[n][r], trailing, dtype)
+            if rows[n][r]:
+                chunk = part[offset : offset + count * sent.itemsize].view(sent).view(rows[n][r], *trailing)
+                pieces[n].append(chunk if sent == dtype else chunk.to(dtype))
+                offset += _nbytes(rows[n][r], trailing, sent)
+    for n in names:
+        if not pieces[n]:
+            dtype, trailing = checked.layouts[n]
+            pieces[n].append(torch.empty((0, *trailing), dtype=dtype, device=parts[0].device))
     return pieces
 
 
-def _reduce_summed(summed: dict[str, Tensor], checked: CheckedIn, comm: torch.device) -> dict[str, Tensor]:
+def _flatten_summed(summed: dict[str, Tensor], comm: torch.device) -> Tensor | None:
+    """The summed states in name order, flattened into one tensor of their wire dtype (float64 or int64)."""
+    if not summed:
+        return None
+    names = sorted(summed)
+    wire = torch.float64 if summed[names[0]].is_floating_point() else torch.int64
+    return torch.cat([summed[n].to(device=comm, dtype=wire).reshape(-1) for n in names])
+
+
+def _reduce_summed(
+    summed: dict[str, Tensor], flat: Tensor | None, checked: CheckedIn, comm: torch.device
+) -> dict[str, Tensor]:
     if not summed:
         return {}
+    if flat is None:  # checked in with pack=False
+        flat = _flatten_summed(summed, comm)
+        assert flat is not None
     names = sorted(summed)
-    kinds = {summed[n].is_floating_point() for n in names}
-    if len(kinds) > 1:
-        msg = f"{checked.ticket.what}: summed states must be all integer or all floating point."
-        raise MetricSyncError(msg)
-    wire = torch.float64 if kinds.pop() else torch.int64
-    flat = torch.cat([summed[n].to(device=comm, dtype=wire).reshape(-1) for n in names])
     group = checked.ticket.layout.group
     wait(dist.all_reduce(flat, group=group, async_op=True), checked.ticket, "the all-reduce of summed states")
     out: dict[str, Tensor] = {}
@@ -455,22 +599,24 @@ def broadcast_value(
     layout, store_key = ticket.layout, f"value/{key}"
     ticket.extra_keys.append(store_key)
     if layout.rank == src:
+        # Everything that can fail here (the computation, encoding and packing its value) happens before the
+        # others learn that a value comes: a failure reaches them as a note, never as a missing broadcast.
         try:
             value, extra = compute()
+            tensors: list[Tensor] = []
+            spec = _spec(value, tensors)
+            note = json.dumps({"spec": spec, "extra": extra})
+            sizes = [_nbytes(t.numel(), (), t.dtype) for t in tensors]
+            payload = torch.empty(sum(sizes), dtype=torch.uint8, device=comm_device(layout.group, device))
+            offset = 0
+            for t, size in zip(tensors, sizes, strict=True):
+                if t.numel():
+                    _write(payload[offset : offset + t.numel() * t.dtype.itemsize].view(t.dtype), t)
+                offset += size
         except Exception as err:
-            note = json.dumps({"error": f"{type(err).__name__}: {err}"})
-            ticket.set(store_key, note)
+            ticket.set(store_key, json.dumps({"error": f"{type(err).__name__}: {err}"}))
             raise
-        tensors: list[Tensor] = []
-        spec = _spec(value, tensors)
-        sizes = [_nbytes(t.numel(), (), t.dtype) for t in tensors]
-        ticket.set(store_key, json.dumps({"spec": spec, "extra": extra}))
-        payload = torch.empty(sum(sizes), dtype=torch.uint8, device=comm_device(layout.group, device))
-        offset = 0
-        for t, size in zip(tensors, sizes, strict=True):
-            flat = t.detach().reshape(-1).to(payload.device)
-            payload[offset : offset + flat.numel() * flat.element_size()].copy_(flat.view(torch.uint8))
-            offset += size
+        ticket.set(store_key, note)
     else:
         # The other ranks wait for the computation on ``src`` at most ``sync_timeout`` seconds.
         if not ticket.wait_keys([store_key], ticket.timeout):
@@ -494,6 +640,9 @@ def broadcast_value(
 def _spec(value: Any, tensors: list[Tensor]) -> Any:
     """JSON description of a value: ``[dtype code, shape]`` per tensor, lists for tuples / lists."""
     if isinstance(value, Tensor):
+        if value.dtype not in _DTYPES:
+            msg = f"Cannot send a computed value of dtype {value.dtype}."
+            raise TypeError(msg)
         tensors.append(value)
         return [_DTYPES.index(value.dtype), list(value.shape)]
     if isinstance(value, (tuple, list)):

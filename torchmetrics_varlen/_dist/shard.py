@@ -62,7 +62,7 @@ class Shard:
         recv = torch.empty((sum(recv_rows), *send.shape[1:]), dtype=send.dtype, device=send.device)
         work = dist.all_to_all_single(
             recv.view(-1).view(torch.uint8),
-            send.contiguous().view(-1).view(torch.uint8),
+            _bytes(send),
             output_split_sizes=[n * row for n in recv_rows],
             input_split_sizes=[n * row for n in send_rows],
             group=self.group,
@@ -76,6 +76,20 @@ class Shard:
         matrix = self.all_gather(torch.tensor(send_rows, dtype=torch.int64, device=self.device))
         recv_rows = matrix[:, self.rank].tolist()
         return self.all_to_all(send, send_rows, recv_rows), matrix
+
+
+def _bytes(tensor: Tensor) -> Tensor:
+    """``tensor``'s elements in row-major order as bytes: a view when it is laid out so, else one copy.
+
+    ``contiguous()`` alone is not enough: a tensor of one row (or none) counts as contiguous whatever its strides
+    (a column ``scores[:, c]`` of one sample), and viewing that as bytes fails.
+    """
+    flat = tensor.reshape(-1)
+    if flat.numel() and flat.stride(0) != 1:
+        flat = torch.empty(flat.shape, dtype=flat.dtype, device=flat.device).copy_(flat)
+    if not flat.numel():
+        flat = torch.empty(0, dtype=flat.dtype, device=flat.device)
+    return flat.view(torch.uint8)
 
 
 def _samples_per_rank(world: int) -> int:
@@ -198,12 +212,13 @@ def route_rows_by_id(shard: Shard, rows: dict[str, Tensor], ids: Tensor) -> dict
     names = sorted(rows)
     columns = [rows[n][order].reshape(order.numel(), math.prod(rows[n].shape[1:])) for n in names]
     widths = [c.shape[1] * c.element_size() for c in columns]
-    packed = torch.cat([c.contiguous().view(torch.uint8) for c in columns], dim=1)
+    packed = torch.cat([_bytes(c).view(order.numel(), width) for c, width in zip(columns, widths, strict=True)], 1)
     recv, _ = shard.route(packed, sent)
     out: dict[str, Tensor] = {}
     offset = 0
     for name, column, width in zip(names, columns, widths, strict=True):
-        piece = recv[:, offset : offset + width].contiguous().view(column.dtype)
+        # A fresh copy of the column's bytes: a slice of one row may start at any byte, too far for a view.
+        piece = recv[:, offset : offset + width].clone(memory_format=torch.contiguous_format).view(column.dtype)
         out[name] = piece.reshape(recv.shape[0], *rows[name].shape[1:])
         offset += width
     return out

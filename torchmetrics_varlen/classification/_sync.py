@@ -110,7 +110,7 @@ class _SyncedMetric(GuardedMetric):
         if self.compute_sharded and self._summed is None:
             payload = self._sync_payload()
             self._checked = _check_in_states(
-                request, payload.cat, {}, device=payload.device, info=payload.info, modes=payload.modes
+                request, payload.cat, {}, device=payload.device, info=payload.info, modes=payload.modes, pack=False
             )
             self._synced_info = self._checked.info
             return None
