@@ -356,7 +356,8 @@ class VarlenBootstrap(_VarlenMetric):
 
     Args:
         metric: A binary :class:`~torchmetrics_varlen.VarlenAUROC` or
-            :class:`~torchmetrics_varlen.VarlenAveragePrecision` in the exact mode (no ``thresholds``, no ``max_fpr``, no ``compute_sharded``).
+            :class:`~torchmetrics_varlen.VarlenAveragePrecision` in the exact mode (no ``thresholds``, no ``max_fpr``,
+            no ``compute_sharded``).
         num_bootstraps: Number of resamples ``B`` (at least 2).
         level: Confidence level in (0, 1).
         seed: Integer seed of the resampling.
