@@ -72,6 +72,7 @@ class _VarlenMetric(_SyncedMetric):
     _binned = True  # whether int / list / tensor thresholds (torchmetrics' binned mode) are accepted
     _statistic: RankStatistic | None = None
     _takes_weights = False  # whether ``update`` accepts ``sample_weight`` (a per-sample float64 column / float64 sums)
+    _weight_column = False  # whether the exact mode keeps the ``weight`` column (every ranking metric: compute groups)
 
     # TorchScript types the attributes from these (resolvable objects; list states declared as torchmetrics does).
     preds: list[Tensor]
@@ -133,7 +134,7 @@ class _VarlenMetric(_SyncedMetric):
         self.mode = Mode.of(thresholds)  # exact, binned or 16-bit: decided here, once
         self._split = Split(task, average)
         self._summed = self.mode.state_name  # the summed state's name (None: rows), for the sync
-        if self._takes_weights and self.mode.kind == "exact":
+        if (self._takes_weights or self._weight_column) and self.mode.kind == "exact":
             row_extras = (*row_extras, "weight")  # float64, one per stored row; empty unless the epoch is weighted
         self._row_extras = row_extras
         self._width: int = (num_classes if task == "multiclass" else num_labels) or 1
@@ -382,6 +383,8 @@ class _VarlenMetric(_SyncedMetric):
 
 class _RankingMetric(_VarlenMetric):
     """``update(preds, target, sample_ids=None)`` for the ranking metrics (AUROC, AP, curves, best F1)."""
+
+    _weight_column = True  # the same row states in all of them, so that a MetricCollection groups them
 
     def update(
         self,
