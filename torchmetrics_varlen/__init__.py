@@ -3,9 +3,13 @@
 from torchmetrics_varlen._dedup import SyncReport
 from torchmetrics_varlen._ledger import load_rank_states
 from torchmetrics_varlen.classification import (
+    BootstrapInterval,
     VarlenAUROC,
+    VarlenAUROCComparison,
+    VarlenAUROCInterval,
     VarlenAveragePrecision,
     VarlenBestF1,
+    VarlenBootstrap,
     VarlenGroupAUROC,
     VarlenMulticlassAUROC,
     VarlenMulticlassAveragePrecision,
@@ -25,12 +29,16 @@ from torchmetrics_varlen.wrappers import Varlen
 __version__ = "0.1.0"
 
 __all__ = [
+    "BootstrapInterval",
     "MetricSyncError",
     "SyncReport",
     "Varlen",
     "VarlenAUROC",
+    "VarlenAUROCComparison",
+    "VarlenAUROCInterval",
     "VarlenAveragePrecision",
     "VarlenBestF1",
+    "VarlenBootstrap",
     "VarlenCollection",
     "VarlenGroupAUROC",
     "VarlenMulticlassAUROC",

@@ -16,11 +16,21 @@ from torchmetrics_varlen.classification.curves import (
     VarlenROC,
 )
 from torchmetrics_varlen.classification.group_auroc import VarlenGroupAUROC
+from torchmetrics_varlen.classification.uncertainty import (
+    BootstrapInterval,
+    VarlenAUROCComparison,
+    VarlenAUROCInterval,
+    VarlenBootstrap,
+)
 
 __all__ = [
+    "BootstrapInterval",
     "VarlenAUROC",
+    "VarlenAUROCComparison",
+    "VarlenAUROCInterval",
     "VarlenAveragePrecision",
     "VarlenBestF1",
+    "VarlenBootstrap",
     "VarlenGroupAUROC",
     "VarlenMulticlassAUROC",
     "VarlenMulticlassAveragePrecision",

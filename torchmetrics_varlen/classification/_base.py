@@ -32,12 +32,28 @@ from torchmetrics_varlen._dist.group import distributed_available as group_initi
 from torchmetrics_varlen._dist.group import group_position
 from torchmetrics_varlen._intake import check_batch, empty_rows, expand_per_sample, sample_shape, stored_dedup_mode
 from torchmetrics_varlen._ledger import Ledger, warning_compute
-from torchmetrics_varlen.classification._sharded import compute_sharded
+from torchmetrics_varlen.classification._sharded import compute_sharded, compute_sharded_weighted
 from torchmetrics_varlen.classification._sync import _COUNTERS, SHARED_SYNCS, _SyncedMetric
-from torchmetrics_varlen.functional._count import Mode, Problem, count, counted_problems, empty_state, threshold_tensor
+from torchmetrics_varlen.functional._count import (
+    Mode,
+    Problem,
+    binned_confmat,
+    count,
+    counted_problems,
+    empty_state,
+    threshold_tensor,
+)
+from torchmetrics_varlen.functional._hist import histogram
 from torchmetrics_varlen.functional._reduce import RankStatistic, reduce_sums
 from torchmetrics_varlen.functional._sort import fits_compact
 from torchmetrics_varlen.functional._tasks import Split, format_inputs
+from torchmetrics_varlen.functional._weighted import (
+    WeightedProblem,
+    check_sample_weight,
+    reduce_weighted_sums,
+    weighted_problems,
+)
+from torchmetrics_varlen.functional._weighted import _split as weighted_columns
 
 
 class _VarlenMetric(_SyncedMetric):
@@ -55,12 +71,15 @@ class _VarlenMetric(_SyncedMetric):
     _averages = SCALAR_AVERAGES
     _binned = True  # whether int / list / tensor thresholds (torchmetrics' binned mode) are accepted
     _statistic: RankStatistic | None = None
+    _takes_weights = False  # whether ``update`` accepts ``sample_weight`` (a per-sample float64 column / float64 sums)
+    _weight_column = False  # whether the exact mode keeps the ``weight`` column (every ranking metric: compute groups)
 
     # TorchScript types the attributes from these (resolvable objects; list states declared as torchmetrics does).
     preds: list[Tensor]
     target: list[Tensor]
     ids: list[Tensor]
     ids_sub: list[Tensor]
+    weight: list[Tensor]
     confmat: Tensor
     hist: Tensor
     num_samples: Tensor
@@ -115,6 +134,8 @@ class _VarlenMetric(_SyncedMetric):
         self.mode = Mode.of(thresholds)  # exact, binned or 16-bit: decided here, once
         self._split = Split(task, average)
         self._summed = self.mode.state_name  # the summed state's name (None: rows), for the sync
+        if (self._takes_weights or self._weight_column) and self.mode.kind == "exact":
+            row_extras = (*row_extras, "weight")  # float64, one per stored row; empty unless the epoch is weighted
         self._row_extras = row_extras
         self._width: int = (num_classes if task == "multiclass" else num_labels) or 1
         thr = threshold_tensor(thresholds)
@@ -141,6 +162,35 @@ class _VarlenMetric(_SyncedMetric):
         """``"ids"`` or ``"none"`` once the first batch decided it; ``None`` before any batch."""
         return stored_dedup_mode(self)
 
+    def _weight_mode(self) -> str | None:
+        """``"weights"`` or ``"none"`` once the first batch decided it (with or without ``sample_weight``); ``None``
+        before any batch. Exact mode: whether the ``weight`` column holds batches; binned / 16-bit: the summed
+        state's dtype (float64 sums of weights, int64 counts).
+        """
+        if not self._takes_weights:
+            return "none" if self._update_count else None
+        if self._summed is not None:
+            if getattr(self, self._summed).dtype == torch.float64:
+                return "weights"
+            return "none" if int(self.rows_seen) else None
+        weights, preds = self.weight, self.preds
+        if self._is_synced:  # per-rank pieces; a weighted epoch with rows has weight rows
+            if any(p.numel() for p in weights):
+                return "weights"
+            return "none" if any(p.numel() for p in preds) else None
+        return "weights" if weights else ("none" if preds else None)
+
+    def _check_weight_mode(self, weighted: bool) -> None:
+        mode = self._weight_mode()
+        new = "weights" if weighted else "none"
+        if mode is not None and mode != new:
+            msg = (
+                f"{type(self).__name__}: this update {'has' if weighted else 'has no'} `sample_weight` but earlier"
+                f" updates {'had' if mode == 'weights' else 'had none'}. Pass `sample_weight` with every update of"
+                " an epoch or with none (call reset() to switch). The batch was not added."
+            )
+            raise ValueError(msg)
+
     def _update(
         self,
         preds: Tensor,
@@ -148,17 +198,21 @@ class _VarlenMetric(_SyncedMetric):
         sample_ids: Tensor | None,
         extras: dict[str, Tensor],
         start: int | None,
+        sample_weight: Tensor | None = None,
     ) -> None:
         """Validate, drop sampler padding, format and append (or count) one batch; all or nothing."""
         start = self._ledger.position(self) if start is None else start
-        self._validate_batch(preds, target, sample_ids, extras, start)
+        self._validate_batch(preds, target, sample_ids, extras, start, sample_weight)
         SHARED_SYNCS.clear()
         rows = preds.shape[0] if preds.ndim else 1
         keep = rows if sample_ids is not None else self._ledger.kept_rows(start, rows, self.process_group)
         if keep < rows:
             preds, target = preds[:keep], target[:keep]
             extras = {k: v[:keep] for k, v in extras.items()}
+            sample_weight = None if sample_weight is None else sample_weight[:keep]  # a padded row drops its weight
         expanded = expand_per_sample(extras, sample_ids, sample_shape(self.task, preds, target), preds.device)
+        if sample_weight is not None:
+            expanded["weight"] = check_sample_weight(sample_weight, preds, target, self.task)
         norm = cast(Normalization, self.normalization)
         scores, labels, kept = format_inputs(preds, target, self.task, self.ignore_index, norm)
         if kept is not None:
@@ -167,19 +221,48 @@ class _VarlenMetric(_SyncedMetric):
             for name, value in (("preds", scores), ("target", labels), *expanded.items()):
                 cast(list[Tensor], getattr(self, name)).append(value)
         else:
-            batch = count(self.mode, scores, labels, self.task, self.thresholds)
+            if sample_weight is None:
+                batch = count(self.mode, scores, labels, self.task, self.thresholds)
+            else:
+                batch = self._weighted_count(scores, labels, expanded["weight"])
             setattr(self, self._summed, getattr(self, self._summed) + batch)
         # Out of place on purpose: a metric pickled to spawned processes (Lightning's ddp_spawn) can share its tensor
         # states' storage across ranks, and an in-place add would then count every rank's samples on every rank.
         self.num_samples = self.num_samples + scores.shape[0]
         self._ledger.accept(self, start, rows, keep)
 
+    def _weighted_count(self, scores: Tensor, labels: Tensor, weight: Tensor) -> Tensor:
+        """The float64 summed state (binned confusion matrices / 16-bit histograms) of one weighted batch."""
+        parts = []
+        for s, p, w in weighted_columns(Split(self.task, "none"), scores, labels, weight):
+            if self.mode.kind == "binned":
+                assert self.thresholds is not None
+                parts.append(binned_confmat(s, p, self.thresholds.to(s.device), weight=w))
+            else:  # the raw-pattern histogram (the state's layout), ordered at compute time
+                assert self.mode.dtype is not None
+                parts.append(histogram(s, p, self.mode.dtype, weight=w))
+        if self.task == "binary":
+            return parts[0]
+        return torch.stack(parts, dim=self.mode.class_dim)
+
     def _validate_batch(
-        self, preds: Tensor, target: Tensor, sample_ids: Tensor | None, extras: dict[str, Tensor], start: int
+        self,
+        preds: Tensor,
+        target: Tensor,
+        sample_ids: Tensor | None,
+        extras: dict[str, Tensor],
+        start: int,
+        sample_weight: Tensor | None = None,
     ) -> None:
         """Raise on a bad batch; its rows still took their sampler positions (``sync_report.rejected`` counts them)."""
         try:
             check_batch(self, preds, target, sample_ids, extras)
+            if sample_weight is not None and not self._takes_weights:
+                msg = f"{type(self).__name__} does not take `sample_weight`."
+                raise ValueError(msg)
+            if sample_weight is not None:
+                check_sample_weight(sample_weight, preds, target, self.task)
+            self._check_weight_mode(sample_weight is not None)
         except (ValueError, TypeError):
             self._update_count -= 1  # the failed call must not count as an update either
             rows = (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
@@ -234,13 +317,16 @@ class _VarlenMetric(_SyncedMetric):
         """The stored batches of state ``name`` (one empty piece if none), for packing without a concatenation."""
         state = getattr(self, name)
         pieces = [state] if isinstance(state, Tensor) else list(state)
+        if not pieces and name == "weight":
+            return [torch.zeros(0, dtype=torch.float64, device=self.num_samples.device)]
         return pieces or [empty_rows(name, self.task, self._width, self.num_samples.device)]
 
     def _evaluated(self) -> dict[str, list[Tensor]]:
         """The rows to evaluate, per state: the stored pieces, or in id mode the deduplicated rows ordered by id (one
         piece); fills ``sync_report``.
         """
-        names = ("preds", "target", *self._row_extras)
+        weighted = self._weight_mode() == "weights"
+        names = ("preds", "target", *(n for n in self._row_extras if n != "weight" or weighted))
         if self._dedup_mode() != "ids":
             self._report(None)
             return {name: self._pieces(name) for name in names}
@@ -249,6 +335,17 @@ class _VarlenMetric(_SyncedMetric):
         kept_ids = rows["ids"][keep]
         self._report(int(kept_ids.numel() and 1 + torch.count_nonzero(kept_ids[1:] != kept_ids[:-1])))
         return {name: [rows[name][keep]] for name in names}
+
+    def _weighted_problems(self) -> list[WeightedProblem] | None:
+        """Every binary problem with float64 sums of weights if the epoch is weighted (``None`` otherwise)."""
+        if self._weight_mode() != "weights":
+            return None
+        if self._summed is not None:
+            self._report(None)
+            return cast(list[WeightedProblem], self._problems(with_scores=True))
+        rows = {name: torch.cat(pieces) for name, pieces in self._evaluated().items()}
+        split = self._split
+        return weighted_problems(self.mode, rows["preds"], rows["target"], rows["weight"], split, None)
 
     def _problems(self, with_scores: bool) -> list[Problem]:
         """Every binary problem of what every rank evaluated, ordered and counted in the metric's mode."""
@@ -277,6 +374,9 @@ class _VarlenMetric(_SyncedMetric):
     def _compute_sharded(self, checked: CheckedIn) -> Tensor:
         """``compute_sharded=True`` (scalar statistics only): see ``_sharded.py``."""
         assert self._statistic is not None
+        if any(r.modes.get("weights") == "weights" for r in checked.ranks):
+            weighted = compute_sharded_weighted(self, checked)
+            return reduce_weighted_sums(weighted, self._split, self._statistic.name, self.num_samples.device)
         sums = compute_sharded(self, checked, self._statistic.needs)
         return reduce_sums(sums, self._split, self._statistic, self.num_samples.device)
 
@@ -284,8 +384,16 @@ class _VarlenMetric(_SyncedMetric):
 class _RankingMetric(_VarlenMetric):
     """``update(preds, target, sample_ids=None)`` for the ranking metrics (AUROC, AP, curves, best F1)."""
 
+    _weight_column = True  # the same row states in all of them, so that a MetricCollection groups them
+
     def update(
-        self, preds: Tensor, target: Tensor, sample_ids: Tensor | None = None, *, _start: int | None = None
+        self,
+        preds: Tensor,
+        target: Tensor,
+        sample_ids: Tensor | None = None,
+        *,
+        sample_weight: Tensor | None = None,
+        _start: int | None = None,
     ) -> None:
         """Validate one batch and add it to the state; a batch that fails validation changes nothing.
 
@@ -294,5 +402,9 @@ class _RankingMetric(_VarlenMetric):
             target: Labels: integer, bool, or floating point holding whole numbers (``0.0`` / ``1.0``).
             sample_ids: Optional global integer ids, one per sample (shape ``(N,)``) or one per element of the
                 sample shape. After the sync each id counts once.
+            sample_weight: Optional finite non-negative weights (AUROC, AP and the curves), one per sample: the
+                sample shape, or ``(N,)`` for multi-dimensional samples; scikit-learn's ``sample_weight``. Give
+                them with every batch of an epoch or with none. A dropped padded sample drops its weight; with
+                ``sample_ids`` the kept copy's weight counts.
         """
-        self._update(preds, target, sample_ids, {}, _start)
+        self._update(preds, target, sample_ids, {}, _start, sample_weight)

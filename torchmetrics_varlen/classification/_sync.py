@@ -19,6 +19,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from torchmetrics_varlen._dedup import SyncReport
@@ -31,6 +32,7 @@ __all__ = ["SHARED_SYNCS", "_COUNTERS", "_SyncedMetric"]
 
 _COUNTERS = ("num_samples", "rows_seen", "padding_dropped", "rejected")
 _DEDUP = ("none", "ids")
+_WEIGHTS = ("none", "weights")
 # The configuration that decides what a sync moves: metrics holding the same states and agreeing on these share one.
 _STATE_CONFIG = ("task", "num_classes", "num_labels", "thresholds", "ignore_index", "dataset_size", "compute_on_rank")
 
@@ -63,6 +65,9 @@ class _SyncedMetric(GuardedMetric):
     def _dedup_mode(self) -> str | None:
         raise NotImplementedError
 
+    def _weight_mode(self) -> str | None:
+        raise NotImplementedError
+
     def _compute_sharded(self, checked: CheckedIn) -> Tensor:
         raise NotImplementedError
 
@@ -74,20 +79,24 @@ class _SyncedMetric(GuardedMetric):
 
     def _sync_payload(self) -> Payload:
         cat = {name: self._pieces(name) for name in self._row_states()}
-        # Counters travel with the metadata; only the binned / 16-bit counts need an all-reduce.
-        summed = {} if self._summed is None else {self._summed: getattr(self, self._summed)}
+        # Counters travel with the metadata; only the binned / 16-bit counts need an all-reduce. They travel as
+        # float64 (counts below 2**53 exactly), so that ranks with weighted float64 sums and ranks that saw no batch
+        # yet (int64 zeros) agree on the dtype; unweighted counts come back as int64 (``_sync_receive``).
+        summed = {} if self._summed is None else {self._summed: getattr(self, self._summed).double()}
         device = cat["preds"][0].device if cat else next(iter(summed.values())).device
         return Payload(
             cat=cat,
             device=device,
             summed=summed,
             info={**self._local_info(), "num_samples": int(self.num_samples)},
-            modes={"dedup": Mode(self._dedup_mode(), _DEDUP)},
+            modes={"dedup": Mode(self._dedup_mode(), _DEDUP), "weights": Mode(self._weight_mode(), _WEIGHTS)},
             dst=self.compute_on_rank if self._summed is None else None,
         )
 
     def _sync_receive(self, result: Gathered) -> None:
-        for key, value in {**result.cat, **result.summed}.items():
+        weighted = any(r.modes.get("weights") == "weights" for r in result.checked.ranks)
+        summed = {k: v if weighted else v.to(torch.int64) for k, v in result.summed.items()}
+        for key, value in {**result.cat, **summed}.items():
             setattr(self, key, value)
         for key in _COUNTERS:
             setattr(self, key, self.num_samples.new_tensor(sum(i[key] for i in result.checked.info)))

@@ -10,13 +10,14 @@ from torchmetrics_varlen._checks import Average, Normalization, Thresholds
 from torchmetrics_varlen.classification._base import _RankingMetric
 from torchmetrics_varlen.classification._constructors import _Multiclass, _Multilabel
 from torchmetrics_varlen.classification._task_wrapper import new_for_task
-from torchmetrics_varlen.functional.auroc import AUROC, _compute
+from torchmetrics_varlen.functional.auroc import AUROC, _compute, _compute_weighted
 
 
 class _AUROCMetric(_RankingMetric):
     """The state and compute every AUROC class shares."""
 
     _statistic = AUROC
+    _takes_weights = True
 
     def __init__(self, *, max_fpr: float | None = None, **kwargs: Any) -> None:
         super().__init__(max_fpr=max_fpr, config={"max_fpr": max_fpr}, **kwargs)
@@ -24,6 +25,9 @@ class _AUROCMetric(_RankingMetric):
 
     def compute(self) -> Tensor:
         """Exact (or binned) AUROC over everything seen by every rank of the process group."""
+        weighted = self._weighted_problems()
+        if weighted is not None:
+            return _compute_weighted(weighted, self._split, self.max_fpr)
         return _compute(self._problems(with_scores=self.max_fpr is not None), self._split, self.max_fpr)
 
 

@@ -13,6 +13,7 @@ from torchmetrics_varlen.classification._base import _RankingMetric
 from torchmetrics_varlen.classification._constructors import _Multiclass, _Multilabel
 from torchmetrics_varlen.classification._task_wrapper import new_for_task
 from torchmetrics_varlen.functional._reduce import reduce_problems
+from torchmetrics_varlen.functional._weighted import reduce_weighted
 from torchmetrics_varlen.functional.average_precision import AVERAGE_PRECISION
 
 
@@ -20,9 +21,13 @@ class _AveragePrecisionMetric(_RankingMetric):
     """The state and compute every average-precision class shares."""
 
     _statistic = AVERAGE_PRECISION
+    _takes_weights = True
 
     def compute(self) -> Tensor:
         """Exact (or binned) average precision over everything seen by every rank of the process group."""
+        weighted = self._weighted_problems()
+        if weighted is not None:
+            return reduce_weighted(weighted, self._split, "ap")
         return reduce_problems(self._problems(with_scores=False), self._split, AVERAGE_PRECISION)
 
 

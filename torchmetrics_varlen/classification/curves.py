@@ -19,9 +19,13 @@ class _CurveMetric(_RankingMetric):
     _averages = CURVE_AVERAGES
     _kind = "roc"
     _axes = ("False positive rate", "True positive rate")
+    _takes_weights = True
 
     def compute(self) -> Curve:
         """The exact (or binned) curve over everything seen by every rank of the process group."""
+        weighted = self._weighted_problems()
+        if weighted is not None:
+            return _compute(self._kind, list(weighted), self._split)
         return _compute(self._kind, self._problems(with_scores=True), self._split)
 
     def _xy(self, curve: Curve) -> Curve:

@@ -289,30 +289,45 @@ def reduce_weighted(problems: list[WeightedProblem], split: Split, statistic: st
     One problem: its value (0 and a warning when undefined). One per class: NaN where undefined (no positive weight,
     or for AUROC no negative weight), left out of the averages; ``"weighted"`` weighs by the positives' weight.
     """
-    device = problems[0].confmat.device if isinstance(problems[0], Binned) else problems[0].pos_le.device
-    auroc = statistic == "auroc"
+    if not isinstance(problems[0], Binned):
+        sums = [weighted_rank_sums(p) for p in problems if not isinstance(p, Binned)]
+        return reduce_weighted_sums(sums, split, statistic, problems[0].pos_le.device)
+    device = problems[0].confmat.device
+    auroc = statistic.lower() == "auroc"
     values: list[float] = []
     support: list[float] = []
     for problem in problems:
-        if isinstance(problem, Binned):
-            w_pos, w_all = float(problem.confmat[0, 1].sum()), float(problem.confmat[0].sum())
-            value = (
-                binned_auroc(problem.confmat, problem.thresholds)
-                if auroc
-                else binned_average_precision(problem.confmat)
-            )
-            if not split.per_class:
-                return as_output(value)
-        else:
-            sums = weighted_rank_sums(problem)
-            w_pos, w_all = sums.w_pos, sums.w_all
-            from_sums = weighted_auroc_from_sums if auroc else weighted_average_precision_from_sums
-            if not split.per_class:
-                return as_output(from_sums(sums, device, True))
-            value = from_sums(sums, device, False)
+        assert isinstance(problem, Binned)
+        w_pos, w_all = float(problem.confmat[0, 1].sum()), float(problem.confmat[0].sum())
+        value = (
+            binned_auroc(problem.confmat, problem.thresholds) if auroc else binned_average_precision(problem.confmat)
+        )
+        if not split.per_class:
+            return as_output(value)
         defined = w_pos > 0 and (w_all - w_pos > 0 or not auroc)
         values.append(float(value) if defined else float("nan"))
         support.append(w_pos)
+    return _average(values, support, split, auroc, device)
+
+
+def reduce_weighted_sums(sums: list[WeightedRankSums], split: Split, statistic: str, device: torch.device) -> Tensor:
+    """Weighted AUROC (``statistic`` ``"auroc"`` / ``"AUROC"``) or AP of every problem's :class:`WeightedRankSums`,
+    reduced as :func:`reduce_weighted` does (float32).
+    """
+    auroc = statistic.lower() == "auroc"
+    from_sums = weighted_auroc_from_sums if auroc else weighted_average_precision_from_sums
+    if not split.per_class:
+        return as_output(from_sums(sums[0], device, True))
+    values: list[float] = []
+    support: list[float] = []
+    for s in sums:
+        defined = s.w_pos > 0 and (s.w_all - s.w_pos > 0 or not auroc)
+        values.append(float(from_sums(s, device, False)) if defined else float("nan"))
+        support.append(s.w_pos)
+    return _average(values, support, split, auroc, device)
+
+
+def _average(values: list[float], support: list[float], split: Split, auroc: bool, device: torch.device) -> Tensor:
     per = torch.tensor(values, dtype=torch.float64, device=device)
     weights = torch.tensor(support, dtype=torch.float64, device=device)
     return as_output(average_over_classes(per, weights, split.average, "AUROC" if auroc else "Average precision"))
