@@ -116,3 +116,31 @@ def test_encode_of_pieces_is_encode_of_the_concatenation(dtype: torch.dtype, kin
     many, one = _sort.sorted_keys(pieces, labels), _sort.sorted_keys(preds, target)
     assert torch.equal(many.keys, one.keys)
     assert (many.n_pos, many.compact) == (one.n_pos, one.compact) == (int(target.sum()), kind == "binary")
+
+
+@pytest.mark.parametrize("task", ["binary", "multiclass", "multilabel"])
+@pytest.mark.parametrize("thresholds", [torch.float16, torch.bfloat16, 7])
+def test_count_into_adds_the_integers_count_adds(task: str, thresholds: Any) -> None:
+    """The in-place per-batch count (16-bit and binned modes) gives ``state + count(...)``, batch after batch, for
+    batches below and above the sparse / dense switch.
+    """
+    from torchmetrics_varlen.functional._count import Mode, count, count_into, empty_state, threshold_tensor
+    from torchmetrics_varlen.functional._tasks import format_inputs
+
+    kind = {"binary": "logits", "multiclass": "multiclass", "multilabel": "multilabel"}[task]
+    preds, target = _data(kind)
+    if task == "multilabel":
+        target = target.clone()
+        target[::7, 1] = -1  # ignored entries are not counted
+    mode, thr = Mode.of(thresholds), threshold_tensor(thresholds)
+    expected = empty_state(mode, task, C, 7)
+    state = expected.clone()
+    start = 0
+    for size in (1, 5, 300, 40_000, 3, 100_000):
+        scores, labels, _ = format_inputs(
+            preds[start : start + size], target[start : start + size], task, -1 if task == "multilabel" else None, None
+        )
+        expected = expected + count(mode, scores, labels, task, thr)
+        assert count_into(mode, state, scores, labels, task, thr) is state
+        assert torch.equal(state, expected)
+        start += size
