@@ -144,3 +144,28 @@ def test_count_into_adds_the_integers_count_adds(task: str, thresholds: Any) -> 
         assert count_into(mode, state, scores, labels, task, thr) is state
         assert torch.equal(state, expected)
         start += size
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("kind", ["ties", "logits"])
+@pytest.mark.parametrize("step", [7, 1000, 1 << 20])
+def test_whole_keys_area_is_the_chunked_area(
+    dtype: torch.dtype, kind: str, step: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CPU AUROC pass over all the sorted keys at once gives the integer the chunk-by-chunk pass gives, with
+    runs of both classes straddling its blocks, and with offsets (a range of a sharded problem).
+    """
+    from torchmetrics_varlen.functional import _ranking
+
+    monkeypatch.setattr(_ranking, "ENCODE_CHUNK", step)
+    preds, target = _data(kind, dtype)
+    preds, target = preds[:30_000], target[:30_000]
+    if kind == "ties":
+        preds = (torch.round(preds.float() * 7) / 7).to(dtype)
+    col = _sort.sorted_keys(preds, target)
+    for pos_before, all_before in ((0, 0), (123, 4567)):
+        chunked = 0
+        for p, a, chunk in _sort.chunks(col):
+            assert isinstance(chunk, torch.Tensor)
+            chunked += _ranking._twice_area_of_keys(chunk, p + pos_before, a + all_before)
+        assert _ranking._twice_area_of_keys_cpu(col.keys, pos_before, all_before) == chunked

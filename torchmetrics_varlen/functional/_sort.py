@@ -32,6 +32,9 @@ _KEYS = {
 # Samples per chunk when streaming (a chunk grows to the end of the run of equal scores it stops in). The chunking
 # is a function of the sorted multiset only, so streamed sums are reproducible bit for bit.
 CHUNK = 1 << 16
+# Samples per step of the compact encoding (no temporary: the keys are written in place), and of the AUROC pass over
+# sorted keys on CPU (two buffers of this many samples): big enough to amortise each step's fixed cost.
+ENCODE_CHUNK = 1 << 20
 
 
 class Counts(NamedTuple):
@@ -144,13 +147,15 @@ def _encode(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor],
         assert label is not None
         n_pos += int(torch.count_nonzero(label))  # a bool sum would copy to int64
         if compact:
-            for a in range(0, scores.numel(), CHUNK):
-                b = min(a + CHUNK, scores.numel())
+            if label.dtype not in (torch.bool, as_int):
+                label = label.to(as_int)
+            for a in range(0, scores.numel(), ENCODE_CHUNK):
+                b = min(a + ENCODE_CHUNK, scores.numel())
                 out = keys[offset + a : offset + b]
-                # Clearing the sign bit maps -0.0 onto +0.0; the rest of a non-negative float's bits increase with it.
-                torch.bitwise_and(scores[a:b].view(as_int).to(keys.device), half - 1, out=out)
-                out.bitwise_left_shift_(1)
-                out.bitwise_or_(label[a:b].to(device=keys.device, dtype=as_int))
+                # The shift drops the sign bit (so -0.0 lands on +0.0's key) and makes room for the label; the rest
+                # of a non-negative float's bits increase with it.
+                torch.bitwise_left_shift(scores[a:b].view(as_int).to(keys.device), 1, out=out)
+                out.bitwise_or_(label[a:b].to(keys.device))
             offset += scores.numel()
             continue
         for a in range(0, scores.numel(), CHUNK):
