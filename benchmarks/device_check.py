@@ -20,7 +20,10 @@ scikit-learn and NumPy must be installed)::
    above the level at the start of the first call, as a multiple of the variant's input. A size whose data cannot
    fit in the free GPU memory is skipped; repeats are cut, then variants skipped, when ``--budget`` seconds would be
    exceeded; every skip is said in the table.
-3. **Output.** One JSON file (``--out``; default ``$OUT/device_check.json`` when ``OUT`` is set, else
+3. **Small batches** (``--small-batch N,B``, default 1e7,256): ``VarlenAUROC`` and ``BinaryAUROC`` fed ``N``
+   scores in batches of ``B`` (per-piece kernel launches and per-piece work show here), against ``VarlenAUROC`` fed
+   the same data in one piece: microseconds per update and seconds of ``compute()``, one pass each.
+4. **Output.** One JSON file (``--out``; default ``$OUT/device_check.json`` when ``OUT`` is set, else
    ``./device_check.json``) and markdown tables on stdout, with the performance targets reported as met / not met
    (never asserted). The exit status is 1 if any correctness case did not pass (or a timed call raised), else 0.
 
@@ -710,6 +713,74 @@ def bench(
     return rows
 
 
+def small_batches(n: int, batch: int, device: torch.device, deadline: float) -> list[dict[str, Any]]:
+    """The shape validation loops have (issue 20): ``n`` scores fed in batches of ``batch`` to ``VarlenAUROC`` and
+    to torchmetrics' ``BinaryAUROC``, and to ``VarlenAUROC`` in one piece. One pass each (``n / batch`` updates is
+    already many calls), ``torch.cuda.synchronize()`` after the updates and after ``compute()``: seconds per update
+    and of ``compute()``. Per-piece kernel launches show here, not in the one-piece timings.
+    """
+    import torchmetrics.classification as tmc
+
+    import torchmetrics_varlen as tv
+
+    preds, target = device_data(n, device)
+    variants: list[tuple[str, Callable[[], Any], int]] = [
+        (f"VarlenAUROC, B = {batch}", lambda: tv.VarlenAUROC(validate_args=False).to(device), batch),
+        (f"BinaryAUROC, B = {batch}", lambda: tmc.BinaryAUROC(validate_args=False).to(device), batch),
+        ("VarlenAUROC, one piece", lambda: tv.VarlenAUROC(validate_args=False).to(device), n),
+    ]
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    rows: list[dict[str, Any]] = []
+    for name, make, b in variants:
+        row: dict[str, Any] = {"n": n, "batch": b, "variant": name, "update_s": None, "compute_s": None, "note": ""}
+        rows.append(row)
+        if time.monotonic() > deadline:
+            row["note"] = "skipped: time budget"
+            continue
+        try:
+            warm = make()  # kernels and lazy initialisation on a few batches
+            for s in range(0, min(n, 8 * b), b):
+                warm.update(preds[s : s + b], target[s : s + b])
+            warm.compute()
+            metric = make()
+            sync()
+            start = time.perf_counter()
+            for s in range(0, n, b):
+                metric.update(preds[s : s + b], target[s : s + b])
+            sync()
+            updated = time.perf_counter()
+            row["value"] = float(metric.compute())
+            sync()
+            row["compute_s"] = time.perf_counter() - updated
+            row["update_s"] = (updated - start) / -(-n // b)
+        except Exception as err:  # noqa: BLE001 - a crash on the device path is a finding: recorded, the rest goes on
+            row["note"] = f"error: {type(err).__name__}: {_first_line(str(err))}"
+            row["error"] = _describe(err)
+        finally:
+            _free_memory()
+    return rows
+
+
+def small_batch_targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 20's targets on the small-batch rows: compute at B vs one piece and vs torchmetrics, update vs it."""
+    at = {r["variant"].split(",")[0] + (" one" if "one piece" in r["variant"] else ""): r for r in rows}
+    ours, theirs, one = at.get("VarlenAUROC"), at.get("BinaryAUROC"), at.get("VarlenAUROC one")
+
+    def ratio(a: dict[str, Any] | None, b: dict[str, Any] | None, key: str) -> float | None:
+        return a[key] / b[key] if a and b and a.get(key) and b.get(key) else None
+
+    n = rows[0]["n"] if rows else 0
+    checks = [
+        ("`VarlenAUROC` compute after small batches / after one piece", ratio(ours, one, "compute_s"), 1.3),
+        ("`VarlenAUROC` / `BinaryAUROC` compute after small batches", ratio(ours, theirs, "compute_s"), 0.35),
+        ("`VarlenAUROC` / `BinaryAUROC` update per small batch", ratio(ours, theirs, "update_s"), 1.0),
+    ]
+    return [
+        {"n": n, "target": f"{what} <= {bound:g}", "measured": v, "met": None if v is None else v <= bound}
+        for what, v, bound in checks
+    ]
+
+
 def targets(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
     """The issue's performance targets at size ``n``: measured ratio and met / not met (never asserted)."""
     at = {r["variant"]: r for r in rows if r["n"] == n and r.get("seconds") and r["repeats"]}
@@ -785,6 +856,18 @@ def print_timings(rows: list[dict[str, Any]], device: torch.device) -> None:
         )
 
 
+def print_small_batches(rows: list[dict[str, Any]]) -> None:
+    """Markdown table of the small-batch rows."""
+    print("\n| N | B | variant | update, us per batch | compute, s | value | note |")
+    print("|---:|---:|---|---:|---:|---:|---|")
+    for r in rows:
+        upd = None if r.get("update_s") is None else r["update_s"] * 1e6
+        print(
+            f"| {r['n']:.0e} | {r['batch']} | {r['variant']} | {_fmt(upd, 1)} | {_fmt(r.get('compute_s'))}"
+            f" | {_fmt(r.get('value'), 6)} | {r['note']} |"
+        )
+
+
 def print_targets(checks: list[dict[str, Any]]) -> None:
     """Markdown table of the targets: measured value and met / not met."""
     print("\n| N | target | measured | met |")
@@ -821,7 +904,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sizes", default=None, help="comma-separated N (default 1e7,1e8,5e8; no CUDA: 2000,20000)")
     parser.add_argument("--repeats", type=int, default=None, help="timed calls per variant (default 5; no CUDA: 2)")
-    parser.add_argument("--parts", default="dist,bench", help="what to run: dist, bench or both (default)")
+    parser.add_argument("--parts", default="dist,bench,small", help="what to run: dist, bench, small (default: all)")
+    parser.add_argument(
+        "--small-batch", default=None, help="N,B of the small-batch case (default 1e7,256; no CUDA: 20000,256)"
+    )
     parser.add_argument("--out", default=None, help="JSON file (default $OUT/device_check.json, ./device_check.json)")
     parser.add_argument("--budget", type=float, default=285.0, help="seconds for everything, imports included")
     parser.add_argument("--dist-budget", type=float, default=150.0, help="seconds from start for the distributed part")
@@ -888,6 +974,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = bench(sizes, device, repeats, _STARTED + args.budget - 5, args.mem_factor) if "bench" in parts else []
     report["timings"] = rows
     report["targets"] = targets(rows, int(args.target_size))
+    small_n, small_b = (int(float(v)) for v in (args.small_batch or ("1e7,256" if cuda else "20000,256")).split(","))
+    small = small_batches(small_n, small_b, device, _STARTED + args.budget - 5) if "small" in parts else []
+    report["small_batches"] = small
+    report["targets"] += small_batch_targets(small) if small else []
     report["elapsed_s"] = time.monotonic() - _STARTED
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with open(out_path, "w") as fh:
@@ -896,9 +986,12 @@ def main(argv: list[str] | None = None) -> int:
         print_cases(cases)
     if rows:
         print_timings(rows, device)
+    if small:
+        print_small_batches(small)
+    if rows or small:
         print_targets(report["targets"])
     passed = sum(c.status == "pass" for c in cases)
-    crashed = [f"{r['variant']} at N={r['n']:.0e}" for r in rows if "error" in r]
+    crashed = [f"{r['variant']} at N={r['n']:.0e}" for r in rows + small if "error" in r]
     summary = f"{passed}/{len(cases)} correctness cases passed" if cases else "correctness cases not run (--parts)"
     print(f"\n{summary}; {report['elapsed_s']:.0f} s; JSON: {out_path}")
     if crashed:

@@ -7,11 +7,15 @@
   (rank 0 has no data).
 - ``figures/uncertainty_width.png``: the width of DeLong's 95% interval (``functional.auroc_interval``) against N,
   1e2 to 1e6, for one fixed synthetic model (AUROC about 0.84).
+- ``figures/compute_vs_batch.png``: ``compute()`` after N scores fed in batches of B, against B, as a ratio to the
+  same data in one piece and to torchmetrics' class, from the rows ``benchmarks/bench_batches.py --json`` wrote
+  (``pages/data/bench_batches.json``, the run the performance page's table shows).
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import re
 import subprocess
@@ -53,6 +57,9 @@ def refresh_guide(output: str) -> None:
         raise SystemExit(msg)
     with open(path, "w") as fh:
         fh.write(EXCERPT.sub(lambda m: m.group(1) + demo_excerpt(output) + m.group(3), text))
+
+
+BATCH_ROWS = os.path.join(PAGES, "data", "bench_batches.json")
 
 
 def _roc_rank(rank: int, world: int, store: str, path: str) -> None:
@@ -107,6 +114,37 @@ def _uncertainty_width(path: str) -> None:
     plt.close(fig)
 
 
+def _compute_vs_batch(rows_path: str, path: str) -> None:
+    import matplotlib as mpl
+
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(rows_path) as fh:
+        rows = json.load(fh)
+    fig, (one, tm) = plt.subplots(1, 2, figsize=(10, 4.2), sharex=True)
+    names = list(dict.fromkeys(r["class"] for r in rows))
+    for i, name in enumerate(names):
+        mine = sorted((r for r in rows if r["class"] == name), key=lambda r: r["batch"])
+        sizes = [r["batch"] for r in mine]
+        style = {"color": plt.get_cmap("tab20")(i % 20), "marker": "osd^v<>"[i % 7], "label": name}
+        one.plot(sizes, [r["ours_compute_s_True"] / r["one_piece_compute_s"] for r in mine], **style)
+        if all("tm_compute_s_True" in r for r in mine):
+            tm.plot(sizes, [r["ours_compute_s_True"] / r["tm_compute_s_True"] for r in mine], **style)
+    for ax, bound, what in ((one, 1.3, "the same data in one piece"), (tm, 0.35, "torchmetrics' class")):
+        ax.axhline(bound, color="grey", linestyle="--", label=f"target {bound:g}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size B (samples per update())")
+        ax.set_ylabel(f"compute() time / {what}")
+    one.set_title(f"compute() after B-sized batches, N = {rows[0]['n']:,}")
+    tm.set_title("against torchmetrics, same batches")
+    one.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     """Write every figure."""
     os.makedirs(FIGURES, exist_ok=True)
@@ -124,6 +162,7 @@ def main() -> None:
             _roc_rank, args=(3, os.path.join(tmp, "store"), os.path.join(FIGURES, "roc_curve.png")), nprocs=3, join=True
         )
     _uncertainty_width(os.path.join(FIGURES, "uncertainty_width.png"))
+    _compute_vs_batch(BATCH_ROWS, os.path.join(FIGURES, "compute_vs_batch.png"))
     print(f"figures written to {FIGURES}")
 
 

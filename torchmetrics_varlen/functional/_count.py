@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._checks import RankingArgs, Thresholds
-from torchmetrics_varlen.functional._hist import BINS, counts_from_histogram, histogram
+from torchmetrics_varlen.functional._hist import BINS, counts_from_histogram, histogram, histogram_into
 from torchmetrics_varlen.functional._sort import SortedKeys, SortedProblem, sort_problem
 from torchmetrics_varlen.functional._tasks import Split, format_inputs, merged_rows, rows_by_class
 
@@ -137,6 +137,28 @@ def count(mode: Mode, scores: Tensor, labels: Tensor, task: str, thresholds: Ten
     if task == "binary":
         return one(scores, labels)
     return torch.stack([one(s, p) for s, p in rows_by_class((scores, labels), task)], dim=mode.class_dim)
+
+
+def count_into(
+    mode: Mode, state: Tensor, scores: Tensor, labels: Tensor, task: str, thresholds: Tensor | None
+) -> Tensor:
+    """Add one batch of stored rows to the summed ``state`` **in place** and return it: the same integers as
+    ``state + count(mode, scores, labels, task, thresholds)``.
+
+    In the 16-bit mode the batch is counted straight into the state (:func:`~._hist.histogram_into`: O(batch) for
+    small batches, every class at once) instead of building a ``(2, 65536)`` histogram per problem and adding it. The
+    binned mode adds :func:`count`'s result. The caller must own ``state``'s storage (clone a state that may be shared
+    with another process first).
+    """
+    if mode.kind != "histogram":
+        return state.add_(count(mode, scores, labels, task, thresholds))
+    assert mode.dtype is not None
+    if task == "binary":
+        return histogram_into(state, scores.reshape(-1), labels.reshape(-1), mode.dtype)
+    if task == "multiclass":
+        positives = labels.reshape(-1, 1) == torch.arange(scores.shape[1], device=labels.device)
+        return histogram_into(state, scores, positives, mode.dtype)
+    return histogram_into(state, scores, labels, mode.dtype)  # multilabel: int8 0 / 1, -1 where ignored
 
 
 def _cat(x: Pieces) -> Tensor:

@@ -46,6 +46,42 @@ def histogram(preds: Tensor, positives: Tensor, dtype: torch.dtype, weight: Tens
     return torch.bincount(key, minlength=2 * BINS).view(2, BINS)
 
 
+# Below this many counted entries per bin of the state, adding them one by one (``index_add_``) beats building a
+# dense histogram and adding it: a small batch then costs O(batch), not O(65,536 x classes).
+_SPARSE_FRACTION = 4
+
+
+def histogram_into(state: Tensor, preds: Tensor, positives: Tensor, dtype: torch.dtype) -> Tensor:
+    """Add the counts of a batch to an int64 histogram ``state`` **in place** and return it; the same integers as
+    ``state + histogram(...)`` (per problem), at a cost proportional to the batch, not to the 65,536 bins.
+
+    ``state`` is ``(2, 65536)`` with ``preds`` / ``positives`` of shape ``(M,)``, or ``(K, 2, 65536)`` with ``(M,
+    K)`` scores and positives (one problem per column, all counted in one pass). ``positives`` is bool / 0-1, or
+    ``-1`` for an entry that is not counted (a multilabel ``ignore_index``). The caller must own ``state``'s storage
+    (a state shared with another process, e.g. after pickling to spawned ranks, must be cloned first).
+    """
+    if state.dtype != torch.int64:
+        msg = f"Expected an int64 histogram state, but got {state.dtype}."
+        raise ValueError(msg)
+    width = state.shape[0] if state.dim() == 3 else 1
+    index = preds.to(dtype).view(torch.int16).to(torch.int64)
+    index.bitwise_and_(BINS - 1)
+    ignored = None if positives.dtype == torch.bool else positives.reshape(-1) < 0
+    index.add_(positives if ignored is None else positives.clamp(min=0), alpha=BINS)
+    if state.dim() == 3:
+        index = index.reshape(-1, width)
+        index.add_(torch.arange(width, device=index.device), alpha=2 * BINS)
+    index = index.reshape(-1)
+    if ignored is not None and bool(ignored.any()):
+        index = index[~ignored]
+    flat = state.view(-1)
+    if index.numel() * _SPARSE_FRACTION < flat.numel():
+        flat.index_add_(0, index, torch.ones(1, dtype=torch.int64, device=flat.device).expand(index.numel()))
+    else:
+        flat.add_(torch.bincount(index, minlength=flat.numel()))
+    return state
+
+
 def counts_from_histogram(hist: Tensor, dtype: torch.dtype, with_scores: bool = False) -> Counts:
     """Cumulative counts at the non-empty values, as :func:`~torchmetrics_varlen.functional._sort.ascending_counts`.
 

@@ -32,6 +32,9 @@ _KEYS = {
 # Samples per chunk when streaming (a chunk grows to the end of the run of equal scores it stops in). The chunking
 # is a function of the sorted multiset only, so streamed sums are reproducible bit for bit.
 CHUNK = 1 << 16
+# Samples per step of the compact encoding (no temporary: the keys are written in place), and of the AUROC pass over
+# sorted keys on CPU (two buffers of this many samples): big enough to amortise each step's fixed cost.
+ENCODE_CHUNK = 1 << 20
 
 
 class Counts(NamedTuple):
@@ -77,34 +80,82 @@ def _pieces(x: Tensor | Sequence[Tensor]) -> list[Tensor]:
     return [x] if isinstance(x, Tensor) else list(x)
 
 
+def _flat_cat(group: Sequence[Tensor]) -> Tensor:
+    """The pieces of ``group`` flattened and concatenated (a piece alone is only flattened: no copy)."""
+    if len(group) == 1:
+        return group[0].reshape(-1)
+    if all(p.dim() == 1 for p in group):
+        return torch.cat(list(group))
+    return torch.cat([p.reshape(-1) for p in group])
+
+
+def _groups(pieces: Sequence[Tensor]) -> list[tuple[int, int]]:
+    """``[start, stop)`` index ranges of ``pieces`` to process together: a piece of :data:`CHUNK` samples or more
+    alone (never copied), runs of smaller consecutive pieces gathered into groups of about :data:`CHUNK` samples.
+
+    Many small pieces (a validation loop's stored batches) then cost a few tensor operations per ``CHUNK`` samples,
+    not per piece, and the only copy is one group at a time: nothing of size N.
+    """
+    n = len(pieces)
+    if n <= 1:
+        return [(0, n)]
+    sizes = [p.numel() for p in pieces]
+    cuts = {0, n}
+    filled = 0
+    for i, m in enumerate(sizes):  # one cheap Python step per piece; the tensor work is per group
+        if m >= CHUNK:
+            cuts.update((i, i + 1))
+            filled = 0
+            continue
+        filled += m
+        if filled >= CHUNK:
+            cuts.add(i + 1)
+            filled = 0
+    bounds = sorted(cuts)
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
+def blocks(
+    preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor] | None = None
+) -> Iterator[tuple[Tensor, Tensor | None]]:
+    """1-D ``(scores, labels)`` blocks of pieces, in order: big pieces as they are (flattened), runs of small ones
+    concatenated a group at a time (:func:`_groups`). ``labels`` is ``None`` without ``target``.
+    """
+    scores = _pieces(preds)
+    labels = None if target is None else _pieces(target)
+    if labels is not None and len(labels) != len(scores):
+        msg = f"Expected as many label pieces as score pieces, but got {len(labels)} and {len(scores)}."
+        raise ValueError(msg)
+    for a, b in _groups(scores):
+        yield _flat_cat(scores[a:b]), None if labels is None else _flat_cat(labels[a:b])
+
+
 def fits_compact(preds: Tensor | Sequence[Tensor]) -> bool:
     """Whether every score is in ``[0, 2)`` (``-0.0`` included): compact keys then hold score and label."""
-    return within(preds, 0, 2, closed=False)
+    if isinstance(preds, Tensor):
+        return within(preds, 0, 2, closed=False)
+    return all(within(block, 0, 2, closed=False) for block, _ in blocks(preds))
 
 
-def encode(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor], compact: bool | None = None) -> Tensor:
-    """Unsorted keys ``2 * code + label`` (``code`` increases with the score; ``-0.0`` and ``+0.0`` share one).
-
-    ``preds`` / ``target`` may be lists of pieces (stored batches, per-rank parts of a sync) of one dtype: they are
-    encoded into one buffer without concatenating them first. Built chunk by chunk: the only allocation of size N
-    is the result. ``compact`` (default: :func:`fits_compact`) must only be ``True`` when every score fits.
-    """
-    pieces, labels = _pieces(preds), _pieces(target)
+def _encode(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor], compact: bool) -> tuple[Tensor, int]:
+    """Unsorted keys (see :func:`encode`) and how many labels are positive, in one pass over the blocks."""
+    pieces = _pieces(preds)
     as_int, wide, half = _KEYS[pieces[0].dtype]
-    if compact is None:
-        compact = fits_compact(pieces)
     keys = torch.empty(sum(p.numel() for p in pieces), dtype=as_int if compact else wide, device=pieces[0].device)
-    offset = 0
-    for scores, label in zip(pieces, labels, strict=True):
-        scores, label = scores.reshape(-1), label.reshape(-1)
+    offset, n_pos = 0, 0
+    for scores, label in blocks(pieces, target):
+        assert label is not None
+        n_pos += int(torch.count_nonzero(label))  # a bool sum would copy to int64
         if compact:
-            for a in range(0, scores.numel(), CHUNK):
-                b = min(a + CHUNK, scores.numel())
+            if label.dtype not in (torch.bool, as_int):
+                label = label.to(as_int)
+            for a in range(0, scores.numel(), ENCODE_CHUNK):
+                b = min(a + ENCODE_CHUNK, scores.numel())
                 out = keys[offset + a : offset + b]
-                # Clearing the sign bit maps -0.0 onto +0.0; the rest of a non-negative float's bits increase with it.
-                torch.bitwise_and(scores[a:b].view(as_int).to(keys.device), half - 1, out=out)
-                out.bitwise_left_shift_(1)
-                out.bitwise_or_(label[a:b].to(device=keys.device, dtype=as_int))
+                # The shift drops the sign bit (so -0.0 lands on +0.0's key) and makes room for the label; the rest
+                # of a non-negative float's bits increase with it.
+                torch.bitwise_left_shift(scores[a:b].view(as_int).to(keys.device), 1, out=out)
+                out.bitwise_or_(label[a:b].to(keys.device))
             offset += scores.numel()
             continue
         for a in range(0, scores.numel(), CHUNK):
@@ -119,7 +170,18 @@ def encode(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor], 
             key.bitwise_or_(label[a:b].to(device=keys.device, dtype=wide))
             keys[offset + a : offset + b] = key
         offset += scores.numel()
-    return keys
+    return keys, n_pos
+
+
+def encode(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor], compact: bool | None = None) -> Tensor:
+    """Unsorted keys ``2 * code + label`` (``code`` increases with the score; ``-0.0`` and ``+0.0`` share one).
+
+    ``preds`` / ``target`` may be lists of pieces (stored batches, per-rank parts of a sync) of one dtype: they are
+    encoded into one buffer without concatenating them first (small pieces are gathered a group of about
+    :data:`CHUNK` samples at a time, see :func:`blocks`). Built chunk by chunk: the only allocation of size N is the
+    result. ``compact`` (default: :func:`fits_compact`) must only be ``True`` when every score fits.
+    """
+    return _encode(preds, target, fits_compact(preds) if compact is None else compact)[0]
 
 
 def decode(codes: Tensor, dtype: torch.dtype, compact: bool) -> Tensor:
@@ -144,10 +206,10 @@ def sort_keys_(keys: Tensor, runs: bool = False) -> Tensor:
 
 def sorted_keys(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor]) -> SortedKeys:
     """Sorted packed keys of 16/32-bit scores ``preds`` and labels ``target`` (bool / 0-1), or lists of pieces."""
-    n_pos = sum(int(torch.count_nonzero(t)) for t in _pieces(target))  # a bool sum would copy to int64
     dtype = _pieces(preds)[0].dtype
     compact = fits_compact(preds)
-    return SortedKeys(sort_keys_(encode(preds, target, compact)), dtype, n_pos, compact)
+    keys, n_pos = _encode(preds, target, compact)
+    return SortedKeys(sort_keys_(keys), dtype, n_pos, compact)
 
 
 def sort_problem(
