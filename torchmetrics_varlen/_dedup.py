@@ -25,7 +25,7 @@ class SyncReport:
 
     Attributes:
         world_size: Ranks whose data was combined (1 without a sync).
-        seen_per_rank: Samples each rank passed to ``update()``, padding included.
+        seen_per_rank: Samples of the accepted ``update()`` calls of each rank, padding included.
         received: Samples that reached ``compute()`` after sampler padding was dropped (``dataset_size``).
         duplicates_dropped: Sampler padding plus repeated ``sample_ids`` that were not counted.
         kept: Distinct samples evaluated.
