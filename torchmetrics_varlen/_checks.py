@@ -375,11 +375,11 @@ def check_inputs(
     ):
         width = (num_classes or 2) if task == "multiclass" else ((num_labels or 1) if task == "multilabel" else 1)
         _check_shapes(preds, target, task, width)
-        highest = width - 1 if task == "multiclass" else 1
+        top = width - 1 if task == "multiclass" else 1
         labels_ok = True
         if target.dtype != torch.bool and target.numel():
             low, high = torch.aminmax(target)
-            labels_ok = int(low) >= 0 and int(high) <= highest
+            labels_ok = int(low) >= 0 and int(high) <= top
         if labels_ok:
             if not preds.numel():
                 return True
