@@ -7,6 +7,10 @@ batches / ours after the same data in one piece (what the number of ``update()``
 Nothing is asserted: the ratios are the result.
 
     python benchmarks/bench_batches.py --num-samples 2000000 --batches 64,512,4096,65536 --repeats 3
+
+``--dataset-size`` / ``--sample-ids`` add the update cost of our class built with ``dataset_size=N`` / fed
+``sample_ids`` (with ``validate_args=True``), against torchmetrics' plain update (it has neither);
+``--update-only`` skips ``compute()`` (faster, for the update columns).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -107,6 +112,7 @@ def _cases() -> dict[str, tuple[str, Callable[[bool], Any], Callable[[bool], Any
 
 
 CLOCK = time.perf_counter  # --clock cpu: time.process_time (CPU seconds of this process: steadier on a loaded host)
+COMPUTE = True  # --update-only sets it False
 
 
 def _run(make: Callable[[bool], Any], batches: list[tuple[Any, ...]], validate: bool) -> tuple[float, float]:
@@ -117,7 +123,8 @@ def _run(make: Callable[[bool], Any], batches: list[tuple[Any, ...]], validate: 
     for batch in batches:
         metric.update(*batch[:2], **batch[2])
     updated = CLOCK()
-    metric.compute()
+    if COMPUTE:
+        metric.compute()
     done = CLOCK()
     return (updated - start) / len(batches), done - updated
 
@@ -127,16 +134,48 @@ def _median(make: Callable[[bool], Any], batches: list[tuple[Any, ...]], validat
     return [statistics.median(r[i] for r in runs) for i in range(2)]
 
 
-def measure(name: str, n: int, sizes: list[int], repeats: int) -> list[dict[str, Any]]:
+def _with_dataset_size(make: Callable[[bool], Any], n: int) -> Callable[[bool], Any]:
+    """The same metric built with ``dataset_size=n`` (one process: nothing is padding, the rule still runs)."""
+
+    def build(validate: bool) -> Any:
+        metric = make(validate)
+        kwargs: dict[str, Any] = {"dataset_size": n}
+        import torchmetrics_varlen as tv
+
+        if isinstance(metric, tv.Varlen):
+            return tv.Varlen(metric.metric, dataset_size=n)
+        if isinstance(metric, tv.VarlenCollection):
+            return tv.VarlenCollection(dict(metric.items(keep_base=True)), dataset_size=n)
+        return type(metric)(**{**_init_kwargs(metric), **kwargs})
+
+    return build
+
+
+def _init_kwargs(metric: Any) -> dict[str, Any]:
+    """The constructor arguments the benchmark's classes were built with (task sizes, thresholds, validate_args)."""
+    out: dict[str, Any] = {"validate_args": metric.validate_args}
+    for key in ("num_classes", "num_labels"):
+        if getattr(metric, key, None) is not None:
+            out[key] = getattr(metric, key)
+    if metric.mode.kind != "exact":
+        out["thresholds"] = metric.mode.dtype
+    return out
+
+
+def measure(name: str, n: int, sizes: list[int], repeats: int, dedup: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Rows of the table for one class."""
     kind, ours, theirs, extra = _cases()[name]
     preds, target = _data(kind, n)
     groups = torch.arange(n) // 50 if extra.get("groups") else None
 
-    def split(b: int) -> list[tuple[Any, ...]]:
+    ids = torch.arange(n)
+
+    def split(b: int, with_ids: bool = False) -> list[tuple[Any, ...]]:
         out = []
         for s in range(0, n, b):
             kw = {"groups": groups[s : s + b]} if groups is not None else {}
+            if with_ids:
+                kw["sample_ids"] = ids[s : s + b]
             out.append((preds[s : s + b], target[s : s + b], kw))
         return out
 
@@ -153,6 +192,10 @@ def measure(name: str, n: int, sizes: list[int], repeats: int) -> list[dict[str,
             if theirs is not None:
                 upd, comp = _median(theirs, batches, validate, repeats)
                 row[f"tm_update_s_{validate}"], row[f"tm_compute_s_{validate}"] = upd, comp
+        if "dataset_size" in dedup:
+            row["ours_update_s_ds"] = _median(_with_dataset_size(ours, n), batches, True, repeats)[0]
+        if "sample_ids" in dedup and " bfloat16" not in name:  # ids need the exact mode
+            row["ours_update_s_ids"] = _median(ours, split(b, with_ids=True), True, repeats)[0]
         rows.append(row)
     return rows
 
@@ -173,18 +216,24 @@ def main() -> None:
     parser.add_argument(
         "--clock", choices=("wall", "cpu"), default="wall", help="cpu: CPU time of the process (for a loaded host)"
     )
+    parser.add_argument("--dataset-size", action="store_true", help="also: update with dataset_size=N")
+    parser.add_argument("--sample-ids", action="store_true", help="also: update with sample_ids")
+    parser.add_argument("--update-only", action="store_true", help="skip compute()")
     args = parser.parse_args()
-    global CLOCK
+    global CLOCK, COMPUTE
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.clock == "cpu":
         CLOCK = time.process_time
+    COMPUTE = not args.update_only
+    dedup = tuple(k for k in ("dataset_size", "sample_ids") if getattr(args, k))
     sizes = [int(b) for b in args.batches.split(",")]
-    rows = [r for name in args.classes.split(",") for r in measure(name, args.num_samples, sizes, args.repeats)]
+    rows = [r for c in args.classes.split(",") for r in measure(c, args.num_samples, sizes, args.repeats, dedup)]
     print(
         f"N = {args.num_samples:,}; update in us per batch, compute in ms; ratios ours / torchmetrics;"
         f" {torch.get_num_threads()} threads, {args.clock} clock"
     )
+    print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     head = (
         f"{'class':22} {'B':>6} {'upd':>8} {'tm upd':>8} {'ratio':>6} {'upd nv':>8} {'ratio':>6}"
         f" {'compute':>9} {'tm comp':>9} {'ratio':>6} {'/1piece':>7}"
@@ -199,6 +248,11 @@ def main() -> None:
             f" {r['ours_update_s_False'] * us:8.1f} {_ratio(r['ours_update_s_False'], r.get('tm_update_s_False'))}"
             f" {r['ours_compute_s_True'] * ms:9.1f} {(tm_c or float('nan')) * ms:9.1f}"
             f" {_ratio(r['ours_compute_s_True'], tm_c)} {_ratio(r['ours_compute_s_True'], r['one_piece_compute_s'])}"
+            + "".join(
+                f" {label} {r[key] * us:8.1f} {_ratio(r[key], tm_u)}"
+                for key, label in (("ours_update_s_ds", "ds"), ("ours_update_s_ids", "ids"))
+                if key in r
+            )
         )
     if args.json:
         with open(args.json, "w") as fh:

@@ -169,3 +169,26 @@ def test_load_rank_states_refuses_ranks_that_dealt_different_counts() -> None:
     old[1].update(PREDS[4:7], TARGET[4:7])
     with pytest.raises(ValueError, match="dealt different numbers of rows"):
         load_rank_states(VarlenAUROC(dataset_size=10), [m.state_dict() for m in old])
+
+
+@pytest.mark.parametrize("kind", ["auroc", "varlen"])
+def test_counter_states_read_or_copied_mid_epoch_keep_every_count(kind: str) -> None:
+    """The counters are host-side ints between reads (``_ledger.Counter``): reading, copying or pickling a metric
+    mid-epoch, and updating it afterwards, gives the counts and the value of a metric never looked at.
+    """
+    import copy
+    import pickle
+
+    metric = _makers()[kind](10)
+    names = ("rows_seen", "padding_dropped") if kind == "auroc" else ("varlen_rows", "varlen_padding")
+    metric.update(*_batch(kind, slice(0, 3)))
+    assert [int(getattr(metric, n)) for n in names] == [3, 0]  # a read writes the pending counts
+    copied, pickled = copy.deepcopy(metric), pickle.loads(pickle.dumps(metric))
+    for m in (metric, copied, pickled):
+        m.update(*_batch(kind, slice(3, 12)))  # sample positions 3..11: 10 and 11 are padding
+        assert [int(getattr(m, n)) for n in names] == [12, 2]
+        if kind == "auroc":
+            assert int(m.num_samples) == 10
+        assert float(m.compute()) == pytest.approx(roc_auc_score(TARGET[:10], PREDS[:10]), abs=1e-6)
+        assert m.sync_report is not None
+        assert (m.sync_report.seen_per_rank, m.sync_report.kept, m.sync_report.missing) == ((12,), 10, 0)

@@ -6,6 +6,7 @@ The functional core and the metric classes call these and nothing else to valida
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -33,10 +34,15 @@ def within(x: Tensor | Sequence[Tensor], low: float, high: float, *, closed: boo
     """Whether every value of ``x`` (a tensor or pieces of one) lies in ``[low, high]`` (``[low, high)`` unless
     ``closed``); NaN never does. One ``aminmax`` pass per piece.
     """
+    exact = isinstance(low, int) and isinstance(high, int)  # bounds every dtype holds: compared on the host
     for piece in [x] if isinstance(x, Tensor) else x:
         if piece.numel():
             lowest, highest = torch.aminmax(piece)
-            if not (bool(lowest >= low) and bool(highest <= high if closed else highest < high)):
+            if exact:
+                lo, hi = lowest.item(), highest.item()  # exact in Python (NaN: every comparison False)
+                if not (lo >= low and (hi <= high if closed else hi < high)):
+                    return False
+            elif not (bool(lowest >= low) and bool(highest <= high if closed else highest < high)):
                 return False
     return True
 
@@ -343,10 +349,56 @@ def validate_inputs(
         check_binary_normalization(scores, normalization)
 
 
+def check_inputs(
+    preds: Tensor,
+    target: Tensor,
+    task: str,
+    num_classes: int | None,
+    num_labels: int | None,
+    ignore_index: int | None,
+    normalization: Normalization = None,
+) -> bool | None:
+    """:func:`validate_inputs` in two reductions for the common batch (no ``ignore_index``, integer or bool labels),
+    returning whether every score lies in [0, 1] (``None``: not known, the general checks ran).
+
+    One ``aminmax`` of the labels gives their range; one of the scores gives finiteness (NaN propagates through the
+    min and max, infinities show as the min or max) and the [0, 1] test the formatting needs. Any batch the fused
+    checks do not pass goes through :func:`validate_inputs`, which raises its own message (or passes).
+    """
+    if (
+        ignore_index is None
+        and isinstance(preds, Tensor)
+        and isinstance(target, Tensor)
+        and preds.is_floating_point()
+        and not target.is_floating_point()
+        and not target.is_complex()
+    ):
+        width = (num_classes or 2) if task == "multiclass" else ((num_labels or 1) if task == "multilabel" else 1)
+        _check_shapes(preds, target, task, width)
+        top = width - 1 if task == "multiclass" else 1
+        labels_ok = True
+        if target.dtype != torch.bool and target.numel():
+            low, high = torch.aminmax(target)
+            labels_ok = int(low) >= 0 and int(high) <= top
+        if labels_ok:
+            if not preds.numel():
+                return True
+            lowest, highest = (float(v) for v in torch.aminmax(preds))
+            if math.isfinite(lowest) and math.isfinite(highest):
+                in_unit = lowest >= 0 and highest <= 1
+                if in_unit or task != "binary" or normalization != "softmax":
+                    return in_unit
+    validate_inputs(preds, target, task, num_classes, num_labels, ignore_index, normalization)
+    return None
+
+
 def validate_sample_ids(
     sample_ids: Tensor, shape: torch.Size, *, name: str = "sample_ids", non_negative: bool = True
-) -> None:
-    """Check per-sample integers (ids, groups): one per element (``shape``) or one per row (``(shape[0],)``)."""
+) -> tuple[int, int] | None:
+    """Check per-sample integers (ids, groups): one per element (``shape``) or one per row (``(shape[0],)``).
+
+    With ``non_negative``, returns the lowest and highest value (one ``aminmax``), ``None`` if there are none.
+    """
     if not isinstance(sample_ids, Tensor):
         msg = f"Expected `{name}` to be an integer tensor, but got {type(sample_ids).__name__}."
         raise TypeError(msg)
@@ -360,9 +412,13 @@ def validate_sample_ids(
             f" but got {tuple(sample_ids.shape)}."
         )
         raise ValueError(msg)
-    if non_negative and sample_ids.numel() and bool((sample_ids < 0).any()):
-        msg = f"Expected `{name}` to be >= 0, but found {int(sample_ids.min())}."
+    if not non_negative or not sample_ids.numel():
+        return None
+    low, high = (int(v) for v in torch.aminmax(sample_ids))
+    if low < 0:
+        msg = f"Expected `{name}` to be >= 0, but found {low}."
         raise ValueError(msg)
+    return low, high
 
 
 def validate_metric_args(

@@ -16,9 +16,14 @@ from torchmetrics.metric import CompositionalMetric
 from torchmetrics.utilities.data import dim_zero_cat
 from torchmetrics.wrappers.abstract import WrapperMetric
 
-from torchmetrics_varlen._checks import validate_dedup_and_timeout, validate_inputs, validate_sample_ids
-from torchmetrics_varlen._guarded import GuardedMetric
+from torchmetrics_varlen._checks import check_inputs, validate_dedup_and_timeout, validate_sample_ids
+from torchmetrics_varlen._guarded import SHARED_SYNCS, GuardedMetric
 from torchmetrics_varlen._states import list_rows
+from torchmetrics_varlen.functional._count import binned_confmat, count, empty_state
+from torchmetrics_varlen.functional._hist import histogram
+from torchmetrics_varlen.functional._tasks import Split, format_inputs
+from torchmetrics_varlen.functional._weighted import _split as weighted_columns
+from torchmetrics_varlen.functional._weighted import check_sample_weight
 
 
 def sample_shape(task: str, preds: Tensor, target: Tensor) -> torch.Size:
@@ -30,11 +35,24 @@ def sample_shape(task: str, preds: Tensor, target: Tensor) -> torch.Size:
     return preds.shape
 
 
+_ZEROS: dict[torch.device, Tensor] = {}
+
+
+def _zeros(n: int, device: torch.device) -> Tensor:
+    """``n`` int32 zeros (the ``ids_sub`` of one-element samples): a view of one shared buffer per device, not an
+    allocation per batch (stored pieces are never modified in place).
+    """
+    zeros = _ZEROS.get(device)
+    if zeros is None or zeros.numel() < n:
+        zeros = _ZEROS[device] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+    return zeros[:n]
+
+
 def _per_element(values: Tensor, shape: torch.Size) -> tuple[Tensor, Tensor]:
     """Expand per-row ``values`` over a sample shape: ``(flat values, position within the row)``."""
     if values.shape == shape:
         flat = values.reshape(-1)
-        return flat, torch.zeros(flat.shape, dtype=torch.int32, device=flat.device)
+        return flat, _zeros(flat.shape[0], flat.device)
     width = math.prod(shape[1:])
     flat = values.repeat_interleave(width)
     sub = torch.arange(width, dtype=torch.int32, device=values.device).repeat(shape[0])
@@ -68,33 +86,85 @@ def empty_rows(name: str, task: str, width: int, device: torch.device) -> Tensor
     return torch.zeros(0, dtype=torch.int32 if name == "ids_sub" else torch.int64, device=device)
 
 
+def add_states(metric: Any, counters: tuple[str, ...]) -> None:
+    """A package metric's states: the row lists (exact mode: ``preds``, ``target``, ``ids``, ``ids_sub`` and its
+    ``_row_extras``) or the summed state (binned, 16-bit), and the counters (int64 zeros, summed).
+    """
+    m = metric
+    if m._summed is None:
+        for name in ("preds", "target", "ids", "ids_sub", *m._row_extras):
+            m.add_state(name, default=[], dist_reduce_fx="cat")
+    else:
+        n_thresholds = 0 if m.thresholds is None else m.thresholds.numel()
+        default = empty_state(m.mode, m.task, m._width, n_thresholds)
+        m.add_state(m._summed, default=default, dist_reduce_fx="sum")
+    for name in counters:
+        m.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+
+def _has_rows(state: list[Tensor] | Tensor, synced: bool) -> bool:
+    if isinstance(state, Tensor):
+        return state.numel() > 0
+    # Before a sync a stored batch counts even when it is empty; synced states are per-rank pieces.
+    return any(p.numel() for p in state) if synced else bool(state)
+
+
 def stored_dedup_mode(metric: Any) -> str | None:
     """A package metric's dedup mode: ``"ids"`` or ``"none"`` once its first batch decided it, ``None`` before."""
     if metric._summed is not None:
         return "none" if metric._update_count else None
+    synced = metric._is_synced
+    return "ids" if _has_rows(metric.ids, synced) else ("none" if _has_rows(metric.preds, synced) else None)
 
-    def rows(state: list[Tensor] | Tensor) -> bool:
-        if isinstance(state, Tensor):
-            return state.numel() > 0
-        # Before a sync a stored batch counts even when it is empty; synced states are per-rank pieces.
-        return any(p.numel() for p in state) if metric._is_synced else bool(state)
 
-    return "ids" if rows(metric.ids) else ("none" if rows(metric.preds) else None)
+def stored_weight_mode(metric: Any) -> str | None:
+    """``"weights"`` or ``"none"`` once the first batch decided it (with or without ``sample_weight``); ``None``
+    before any batch. Exact mode: whether the ``weight`` column holds batches; binned / 16-bit: the summed state's
+    dtype (float64 sums of weights, int64 counts).
+    """
+    if not metric._takes_weights:
+        return "none" if metric._update_count else None
+    if metric._summed is not None:
+        if getattr(metric, metric._summed).dtype == torch.float64:
+            return "weights"
+        return "none" if metric._ledger.count(metric, "rows_seen") else None
+    synced = metric._is_synced
+    return "weights" if _has_rows(metric.weight, synced) else ("none" if _has_rows(metric.preds, synced) else None)
+
+
+def _check_weight_mode(metric: Any, weighted: bool) -> None:
+    mode = metric._weight_mode()
+    new = "weights" if weighted else "none"
+    if mode is not None and mode != new:
+        msg = (
+            f"{type(metric).__name__}: this update {'has' if weighted else 'has no'} `sample_weight` but earlier"
+            f" updates {'had' if mode == 'weights' else 'had none'}. Pass `sample_weight` with every update of"
+            " an epoch or with none (call reset() to switch). The batch was not added."
+        )
+        raise ValueError(msg)
 
 
 def check_batch(
-    metric: Any, preds: Tensor, target: Tensor, sample_ids: Tensor | None, extras: dict[str, Tensor]
-) -> None:
-    """Raise if a package metric cannot take this batch (bad input, ids out of range, a dedup mode switch)."""
+    metric: Any,
+    preds: Tensor,
+    target: Tensor,
+    sample_ids: Tensor | None,
+    extras: dict[str, Tensor],
+    sample_weight: Tensor | None = None,
+) -> bool | None:
+    """Raise if a package metric cannot take this batch (bad input, ids out of range, a dedup or weight mode switch);
+    return whether every score lies in [0, 1] when the checks found out (``None``: not known).
+    """
     m = metric
+    in_unit = None
     if m.validate_args:
-        validate_inputs(preds, target, m.task, m.num_classes, m.num_labels, m.ignore_index, m.normalization)
-        shape = sample_shape(m.task, preds, target)
-        if sample_ids is not None:
-            validate_sample_ids(sample_ids, shape)
-            m._ledger.check_ids(sample_ids)
-        for name, values in extras.items():
-            validate_sample_ids(values, shape, name=name, non_negative=False)
+        in_unit = check_inputs(preds, target, m.task, m.num_classes, m.num_labels, m.ignore_index, m.normalization)
+        if sample_ids is not None or extras:
+            shape = sample_shape(m.task, preds, target)
+            if sample_ids is not None:
+                m._ledger.check_ids(sample_ids, validate_sample_ids(sample_ids, shape))
+            for name, values in extras.items():
+                validate_sample_ids(values, shape, name=name, non_negative=False)
     if sample_ids is not None and m._summed is not None:
         msg = (
             f"{type(m).__name__}: `sample_ids` need the exact mode (thresholds=None), because the binned"
@@ -102,6 +172,85 @@ def check_batch(
         )
         raise ValueError(msg)
     m._ledger.check_mode(m._dedup_mode(), sample_ids is not None)
+    if sample_weight is not None:
+        if not m._takes_weights:
+            msg = f"{type(m).__name__} does not take `sample_weight`."
+            raise ValueError(msg)
+        check_sample_weight(sample_weight, preds, target, m.task)
+    _check_weight_mode(m, sample_weight is not None)
+    return in_unit
+
+
+def _weighted_count(metric: Any, scores: Tensor, labels: Tensor, weight: Tensor) -> Tensor:
+    """The float64 summed state (binned confusion matrices / 16-bit histograms) of one weighted batch."""
+    m = metric
+    parts = []
+    for s, p, w in weighted_columns(Split(m.task, "none"), scores, labels, weight):
+        if m.mode.kind == "binned":
+            assert m.thresholds is not None
+            parts.append(binned_confmat(s, p, m.thresholds.to(s.device), weight=w))
+        else:  # the raw-pattern histogram (the state's layout), ordered at compute time
+            assert m.mode.dtype is not None
+            parts.append(histogram(s, p, m.mode.dtype, weight=w))
+    if m.task == "binary":
+        return parts[0]
+    return torch.stack(parts, dim=m.mode.class_dim)
+
+
+def take_batch(
+    metric: Any,
+    preds: Tensor,
+    target: Tensor,
+    sample_ids: Tensor | None,
+    extras: dict[str, Tensor],
+    start: int | None,
+    sample_weight: Tensor | None,
+) -> None:
+    """A package metric's ``update``: validate, drop sampler padding, format and append (or count); all or nothing.
+
+    Only the columns a batch uses are stored (``ids`` / ``ids_sub`` with ``sample_ids``, ``weight`` with
+    ``sample_weight``, extras such as groups); the counters are the ledger's host-side counts (``_ledger.Counter``).
+    """
+    m, ledger = metric, metric._ledger
+    start = ledger.position(m) if start is None else start
+    try:
+        in_unit = check_batch(m, preds, target, sample_ids, extras, sample_weight)
+    except (ValueError, TypeError):
+        m._update_count -= 1  # the failed call must not count as an update either
+        ledger.reject(m, start, (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0)
+        raise  # its rows still took their sampler positions (``sync_report.rejected`` counts them)
+    SHARED_SYNCS.clear()
+    rows = preds.shape[0] if preds.ndim else 1
+    keep = rows if sample_ids is not None else ledger.kept_rows(start, rows, m.process_group)
+    if keep < rows:
+        preds, target = preds[:keep], target[:keep]
+        extras = {k: v[:keep] for k, v in extras.items()}
+        sample_weight = None if sample_weight is None else sample_weight[:keep]  # a padded row drops its weight
+    expanded: dict[str, Tensor] = {}
+    if extras or sample_ids is not None:
+        expanded = expand_per_sample(extras, sample_ids, sample_shape(m.task, preds, target), preds.device)
+    if sample_weight is not None:
+        expanded["weight"] = check_sample_weight(sample_weight, preds, target, m.task)
+    # Scores known to lie in [0, 1] stay as they are: the normalisation's own [0, 1] test would say the same.
+    norm = None if in_unit else m.normalization
+    scores, labels, kept = format_inputs(preds, target, m.task, m.ignore_index, norm)
+    if kept is not None and expanded:
+        expanded = {k: v[kept] for k, v in expanded.items()}
+    if m._summed is None:
+        m.preds.append(scores)
+        m.target.append(labels)
+        for name, value in expanded.items():
+            getattr(m, name).append(value)
+    else:
+        if sample_weight is None:
+            batch = count(m.mode, scores, labels, m.task, m.thresholds)
+        else:
+            batch = _weighted_count(m, scores, labels, expanded["weight"])
+        # Out of place on purpose: a metric pickled to spawned processes (Lightning's ddp_spawn) can share its tensor
+        # states' storage across ranks, and an in-place add would then count every rank's samples on every rank.
+        setattr(m, m._summed, getattr(m, m._summed) + batch)
+    ledger.bump("num_samples", scores.shape[0])
+    ledger.accept(m, start, rows, keep)
 
 
 # torchmetrics' own switches: they change how a metric syncs or where it keeps its states, not what it computes.

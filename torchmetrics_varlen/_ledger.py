@@ -11,6 +11,14 @@ number of global sampler positions the old ranks had dealt (``W_old * k`` after 
 segment on rank ``r`` of ``W`` has global position ``base + j * W + r``; positions ``>= dataset_size`` are padding.
 With ``base = 0`` this is the ``DistributedSampler`` rule; after a resume it is the rule of a ``DistributedSampler``
 over the samples not dealt yet.
+
+**Counters.** A host's counter states (rows seen, padding dropped, rejected rows, stored samples) are 0-dim int64
+tensor states, summed by the sync and saved in ``state_dict``; updating them per batch would cost a tensor op and two
+``__setattr__`` each. :class:`Counter` descriptors keep them host-side instead: ``update()`` adds Python ints to the
+ledger (``pending``), and reading the attribute (torchmetrics' ``reset``, ``_copy_state_dict``, ``forward``'s
+merge, ``state_dict``, ``_apply``, the sync, a ``MetricCollection`` sharing compute-group states, a user) first
+writes the pending count into a new tensor (out of place: a metric pickled to spawned processes may share its
+tensors' storage). Assigning the attribute replaces the count (its pending part is dropped).
 """
 
 from __future__ import annotations
@@ -30,6 +38,51 @@ from torchmetrics_varlen._dist.group import group_position
 
 KEY = "varlen_ledger"  # the state_dict entry (with the host's persistent states): [world, rank, base, origin, *counts]
 _COUNTS = ("rows_seen", "padding_dropped", "rejected")
+
+
+class Counter:
+    """A counter tensor state whose per-batch increments stay host-side ints until it is read (module docstring).
+
+    Set on the host's class (``setattr(cls, name, Counter(name))``, keeping the ``name: Tensor`` annotation for
+    TorchScript); the tensor itself lives in the instance ``__dict__`` under the same name, so pickling, ``deepcopy``
+    and ``torch.jit.script`` see an ordinary attribute.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, host: Any, owner: Any = None) -> Any:
+        if host is None:
+            return self
+        state = host.__dict__
+        try:
+            value = state[self.name]
+        except KeyError:
+            raise AttributeError(self.name) from None
+        ledger = state.get("_ledger")
+        if ledger is not None:
+            n = ledger.pending.get(self.name)
+            if n:
+                value = value + n  # out of place on purpose (shared storage under ddp_spawn)
+                state[self.name] = value
+                ledger.pending[self.name] = 0
+                if self.name in ledger.known:
+                    ledger.known[self.name] += n
+        return value
+
+    def __set__(self, host: Any, value: Any) -> None:
+        state = host.__dict__
+        state[self.name] = value
+        ledger = state.get("_ledger")
+        if ledger is not None:
+            ledger.pending.pop(self.name, None)
+            ledger.known.pop(self.name, None)
+
+
+def host_counters(cls: type, names: Sequence[str]) -> None:
+    """Make the tensor states ``names`` of ``cls`` :class:`Counter` states."""
+    for name in names:
+        setattr(cls, name, Counter(name))
 
 
 class Ledger:
@@ -52,35 +105,43 @@ class Ledger:
         self.saved_at: tuple[int, int] | None = None  # (rank, world) of loaded states, until checked
         self.persistent = False  # for a ledger that keeps its own counters (the host's states decide otherwise)
         self.warned = False
-        self._position = 0
-        self._position_of: Any = None
+        self.pending: dict[str, int] = {}  # per counter state: rows counted since its tensor was last written
+        self.known: dict[str, int] = {}  # per counter state: its tensor's value, once read
 
     # ------------------------------------------------------------------ counters and positions
+
+    def count(self, host: Any, name: str) -> int:
+        """The value of the host's counter state ``name`` (its tensor, read once, plus what is pending)."""
+        known = self.known.get(name)
+        if known is None:
+            known = self.known[name] = int(host.__dict__[name])
+        return known + self.pending.get(name, 0)
+
+    def bump(self, name: str, n: int) -> None:
+        """Add ``n`` to the host's counter state ``name`` (host-side; the tensor is written when read)."""
+        if n:
+            self.pending[name] = self.pending.get(name, 0) + n
 
     def counts(self, host: Any) -> list[int]:
         """Rows seen, padding dropped and rejected rows of this rank."""
         if self.counters is None:
             return list(self.own)
-        return [int(getattr(host, name)) for name in self.counters]
+        return [self.count(host, name) for name in self.counters]
 
     def add(self, host: Any, rows: int = 0, padding: int = 0, rejected: int = 0) -> None:
-        """Count rows (out of place: a metric pickled to spawned processes may share its tensors' storage)."""
+        """Count rows (host-side; see :class:`Counter`)."""
         if self.counters is None:
             self.own = [self.own[0] + rows, self.own[1] + padding, self.own[2] + rejected]
             return
         for name, n in zip(self.counters, (rows, padding, rejected), strict=True):
-            if n:
-                setattr(host, name, getattr(host, name) + n)
+            self.bump(name, n)
 
     def position(self, host: Any) -> int:
         """The segment position of this rank's next row (rows seen + rejected, since the segment started)."""
         if self.counters is None:
             return self.own[0] + self.own[2] - self.origin
-        tensor = getattr(host, self.counters[0])
-        if self._position_of is not tensor:  # states replaced from outside: reset, load, compute group, forward
-            seen, _, rejected = self.counts(host)
-            self._position, self._position_of = seen + rejected - self.origin, tensor
-        return self._position
+        seen, _, rejected = self.counters
+        return self.count(host, seen) + self.count(host, rejected) - self.origin
 
     def kept_rows(self, start: int, rows: int, process_group: Any) -> int:
         """How many of the ``rows`` rows from segment position ``start`` are not sampler padding (all without
@@ -94,21 +155,14 @@ class Ledger:
     def accept(self, host: Any, start: int, rows: int, kept: int) -> None:
         """Count a batch that was taken: ``rows`` dealt, ``kept`` of them real."""
         self.add(host, rows=rows, padding=rows - kept)
-        self._moved(host, start + rows)
 
     def reject(self, host: Any, start: int, rows: int) -> None:
         """Count a batch that ``update()`` refused: nothing stored, but its rows took their sampler positions."""
         self.add(host, rejected=rows)
-        self._moved(host, start + rows)
-
-    def _moved(self, host: Any, position: int) -> None:
-        self._position = position
-        self._position_of = None if self.counters is None else getattr(host, self.counters[0])
 
     def reset(self) -> None:
         """A new epoch: positions from 0, counters (the host resets its states) and the warning re-armed."""
         self.own, self.base, self.origin, self.saved_at, self.warned = [0, 0, 0], 0, 0, None, False
-        self._position_of = None
 
     # ------------------------------------------------------------------ checks of a batch
 
@@ -123,11 +177,13 @@ class Ledger:
             )
             raise ValueError(msg)
 
-    def check_ids(self, ids: Tensor) -> None:
-        """With ``dataset_size``: every id must lie in ``[0, dataset_size)``."""
+    def check_ids(self, ids: Tensor, bounds: tuple[int, int] | None = None) -> None:
+        """With ``dataset_size``: every id must lie in ``[0, dataset_size)`` (``bounds``: the ids' lowest and highest
+        value, when known).
+        """
         if self.dataset_size is None or ids.numel() == 0:
             return
-        low, high = int(ids.min()), int(ids.max())
+        low, high = bounds if bounds is not None else (int(v) for v in torch.aminmax(ids))
         if low < 0 or high >= self.dataset_size:
             bad = low if low < 0 else high
             msg = (
@@ -209,7 +265,6 @@ class Ledger:
         self.base, self.origin, self.saved_at, self.warned = base, origin, (rank, world), False
         if self.counters is None:
             self.own = counts
-        self._position_of = None
 
 
 def warning_compute(host: Any, compute: Callable[..., Any]) -> Callable[..., Any]:

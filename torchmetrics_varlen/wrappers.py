@@ -22,10 +22,11 @@ from torchmetrics_varlen._intake import (
     list_states,
     wrappable,
 )
-from torchmetrics_varlen._ledger import Ledger, warning_compute
+from torchmetrics_varlen._ledger import Ledger, host_counters, warning_compute
 from torchmetrics_varlen._states import as_rows, decode_state, dedup_states, encode_state, local_state
 
 _OWN: tuple[str, str, str, str] = ("varlen_ids", "varlen_rows", "varlen_padding", "varlen_rejected")
+_PLAIN = frozenset(("_computed", "_update_count", "_forward_cache"))  # plain attributes torchmetrics sets per update
 _IDS = "#ids"  # the wire name of the ids (never a state name of the wrapped metric)
 _COMPUTE_WARNING = r"The ``compute`` method of metric"
 
@@ -115,6 +116,9 @@ class Varlen(GuardedMetric):
         return super().__getattr__(name)
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name in _PLAIN:  # what nn.Module.__setattr__ would do for them, without its checks (per update)
+            object.__setattr__(self, name, value)
+            return
         proxied = self.__dict__.get("_proxied")
         if proxied is not None and name in proxied:
             setattr(self.__dict__["_modules"]["metric"], name, value)
@@ -170,6 +174,7 @@ class Varlen(GuardedMetric):
         """The wrapped metric's ``forward`` (the batch's own value, no sync; accumulates too), after the padding is
         dropped. A batch made only of padding leaves the wrapped metric untouched and returns ``None``.
         """
+        self._computed = None
         value = self._intake(args, kwargs, sample_ids, self.metric.forward)
         self._update_count += 1
         self._forward_cache = value
@@ -183,13 +188,12 @@ class Varlen(GuardedMetric):
     def _intake(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], sample_ids: Tensor | None, call: Callable[..., Any]
     ) -> Any:
-        self._computed = None
         ledger = self._ledger
         start, rows = ledger.position(self), batch_rows(args, kwargs)
         kept, ids = rows, None
         try:
             if sample_ids is not None:
-                ids = check_sample_ids(sample_ids, rows, self.metric).to(self.varlen_rows.device)
+                ids = check_sample_ids(sample_ids, rows, self.metric).to(self.__dict__["varlen_rows"].device)
                 ledger.check_ids(ids)
             ledger.check_mode(self._dedup_mode(), ids is not None)
         except ValueError:
@@ -198,18 +202,20 @@ class Varlen(GuardedMetric):
         if ids is None:
             kept = ledger.kept_rows(start, rows, self.process_group)
             args, kwargs = cut_batch(args, kwargs, rows, kept)
-        before = {name: len(value) for name, value in list_states(self.metric).items()}
-        count = self.metric._update_count
+        inner = self.metric
+        before = {name: len(value) for name, value in list_states(inner).items()}
+        count = inner._update_count
         try:
             value = None if rows and not kept else call(*args, **kwargs)
-            check_growth(self.metric, before, rows if ids is not None else None)
+            check_growth(inner, before, rows if ids is not None else None)
         except BaseException:
-            for name, elements in list_states(self.metric).items():
+            for name, elements in list_states(inner).items():
                 del elements[before.get(name, 0) :]
-            self.metric._update_count, self.metric._computed = count, None
+            inner._update_count, inner._computed = count, None
             ledger.reject(self, start, rows)
             raise
-        self._mirror()  # states a metric adds in its first update
+        if len(inner._defaults) != len(self._proxied):
+            self._mirror()  # states a metric adds in its first update
         if ids is not None:
             self.varlen_ids.append(ids)
         ledger.accept(self, start, rows, kept)
@@ -314,3 +320,6 @@ class Varlen(GuardedMetric):
     def plot(self, val: Any = None, ax: Any = None) -> Any:
         """The wrapped metric's plot of ``val`` (default: the synced value of :meth:`compute`)."""
         return self.metric.plot(val if val is not None else self.compute(), ax=ax)
+
+
+host_counters(Varlen, _OWN[1:])  # per-batch counts stay host-side ints until the states are read

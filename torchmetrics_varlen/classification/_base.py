@@ -30,30 +30,26 @@ from torchmetrics_varlen._dedup import SyncReport, dedup_by_id
 from torchmetrics_varlen._dist.exchange import CheckedIn
 from torchmetrics_varlen._dist.group import distributed_available as group_initialised
 from torchmetrics_varlen._dist.group import group_position
-from torchmetrics_varlen._intake import check_batch, empty_rows, expand_per_sample, sample_shape, stored_dedup_mode
-from torchmetrics_varlen._ledger import Ledger, warning_compute
+from torchmetrics_varlen._intake import add_states, empty_rows, stored_dedup_mode, stored_weight_mode, take_batch
+from torchmetrics_varlen._ledger import Ledger, host_counters, warning_compute
 from torchmetrics_varlen.classification._sharded import compute_sharded, compute_sharded_weighted
 from torchmetrics_varlen.classification._sync import _COUNTERS, SHARED_SYNCS, _SyncedMetric
 from torchmetrics_varlen.functional._count import (
     Mode,
     Problem,
-    binned_confmat,
-    count,
     counted_problems,
-    empty_state,
     threshold_tensor,
 )
-from torchmetrics_varlen.functional._hist import histogram
 from torchmetrics_varlen.functional._reduce import RankStatistic, reduce_sums
 from torchmetrics_varlen.functional._sort import fits_compact
-from torchmetrics_varlen.functional._tasks import Split, format_inputs
+from torchmetrics_varlen.functional._tasks import Split
 from torchmetrics_varlen.functional._weighted import (
     WeightedProblem,
-    check_sample_weight,
     reduce_weighted_sums,
     weighted_problems,
 )
-from torchmetrics_varlen.functional._weighted import _split as weighted_columns
+
+_PLAIN = frozenset(("_computed", "_update_count", "_forward_cache"))  # plain attributes torchmetrics sets per update
 
 
 class _VarlenMetric(_SyncedMetric):
@@ -140,15 +136,7 @@ class _VarlenMetric(_SyncedMetric):
         self._width: int = (num_classes if task == "multiclass" else num_labels) or 1
         thr = threshold_tensor(thresholds)
         self.register_buffer("thresholds", thr, persistent=False)
-        if self._summed is None:
-            for name in ("preds", "target", "ids", "ids_sub", *row_extras):
-                self.add_state(name, default=[], dist_reduce_fx="cat")
-        else:
-            n_thresholds = 0 if thr is None else thr.numel()
-            default = empty_state(self.mode, task, self._width, n_thresholds)
-            self.add_state(self._summed, default=default, dist_reduce_fx="sum")
-        for name in _COUNTERS:
-            self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        add_states(self, _COUNTERS)
         thr_config = thr.tolist() if thr is not None else (str(self.mode.dtype) if self.mode.dtype else None)
         self._config: dict[str, Any] = {"metric": type(self).__name__, **settings, "thresholds": thr_config}
         self._config.update(config or {})
@@ -158,38 +146,20 @@ class _VarlenMetric(_SyncedMetric):
 
     # ------------------------------------------------------------------ update
 
+    @torch.jit.unused
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _PLAIN:  # what nn.Module.__setattr__ does for them, without its checks (torchmetrics, per update)
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
     def _dedup_mode(self) -> str | None:
         """``"ids"`` or ``"none"`` once the first batch decided it; ``None`` before any batch."""
         return stored_dedup_mode(self)
 
     def _weight_mode(self) -> str | None:
-        """``"weights"`` or ``"none"`` once the first batch decided it (with or without ``sample_weight``); ``None``
-        before any batch. Exact mode: whether the ``weight`` column holds batches; binned / 16-bit: the summed
-        state's dtype (float64 sums of weights, int64 counts).
-        """
-        if not self._takes_weights:
-            return "none" if self._update_count else None
-        if self._summed is not None:
-            if getattr(self, self._summed).dtype == torch.float64:
-                return "weights"
-            return "none" if int(self.rows_seen) else None
-        weights, preds = self.weight, self.preds
-        if self._is_synced:  # per-rank pieces; a weighted epoch with rows has weight rows
-            if any(p.numel() for p in weights):
-                return "weights"
-            return "none" if any(p.numel() for p in preds) else None
-        return "weights" if weights else ("none" if preds else None)
-
-    def _check_weight_mode(self, weighted: bool) -> None:
-        mode = self._weight_mode()
-        new = "weights" if weighted else "none"
-        if mode is not None and mode != new:
-            msg = (
-                f"{type(self).__name__}: this update {'has' if weighted else 'has no'} `sample_weight` but earlier"
-                f" updates {'had' if mode == 'weights' else 'had none'}. Pass `sample_weight` with every update of"
-                " an epoch or with none (call reset() to switch). The batch was not added."
-            )
-            raise ValueError(msg)
+        """``"weights"`` or ``"none"`` once the first batch decided it; ``None`` before any batch."""
+        return stored_weight_mode(self)
 
     def _update(
         self,
@@ -200,74 +170,8 @@ class _VarlenMetric(_SyncedMetric):
         start: int | None,
         sample_weight: Tensor | None = None,
     ) -> None:
-        """Validate, drop sampler padding, format and append (or count) one batch; all or nothing."""
-        start = self._ledger.position(self) if start is None else start
-        self._validate_batch(preds, target, sample_ids, extras, start, sample_weight)
-        SHARED_SYNCS.clear()
-        rows = preds.shape[0] if preds.ndim else 1
-        keep = rows if sample_ids is not None else self._ledger.kept_rows(start, rows, self.process_group)
-        if keep < rows:
-            preds, target = preds[:keep], target[:keep]
-            extras = {k: v[:keep] for k, v in extras.items()}
-            sample_weight = None if sample_weight is None else sample_weight[:keep]  # a padded row drops its weight
-        expanded = expand_per_sample(extras, sample_ids, sample_shape(self.task, preds, target), preds.device)
-        if sample_weight is not None:
-            expanded["weight"] = check_sample_weight(sample_weight, preds, target, self.task)
-        norm = cast(Normalization, self.normalization)
-        scores, labels, kept = format_inputs(preds, target, self.task, self.ignore_index, norm)
-        if kept is not None:
-            expanded = {k: v[kept] for k, v in expanded.items()}
-        if self._summed is None:
-            for name, value in (("preds", scores), ("target", labels), *expanded.items()):
-                cast(list[Tensor], getattr(self, name)).append(value)
-        else:
-            if sample_weight is None:
-                batch = count(self.mode, scores, labels, self.task, self.thresholds)
-            else:
-                batch = self._weighted_count(scores, labels, expanded["weight"])
-            setattr(self, self._summed, getattr(self, self._summed) + batch)
-        # Out of place on purpose: a metric pickled to spawned processes (Lightning's ddp_spawn) can share its tensor
-        # states' storage across ranks, and an in-place add would then count every rank's samples on every rank.
-        self.num_samples = self.num_samples + scores.shape[0]
-        self._ledger.accept(self, start, rows, keep)
-
-    def _weighted_count(self, scores: Tensor, labels: Tensor, weight: Tensor) -> Tensor:
-        """The float64 summed state (binned confusion matrices / 16-bit histograms) of one weighted batch."""
-        parts = []
-        for s, p, w in weighted_columns(Split(self.task, "none"), scores, labels, weight):
-            if self.mode.kind == "binned":
-                assert self.thresholds is not None
-                parts.append(binned_confmat(s, p, self.thresholds.to(s.device), weight=w))
-            else:  # the raw-pattern histogram (the state's layout), ordered at compute time
-                assert self.mode.dtype is not None
-                parts.append(histogram(s, p, self.mode.dtype, weight=w))
-        if self.task == "binary":
-            return parts[0]
-        return torch.stack(parts, dim=self.mode.class_dim)
-
-    def _validate_batch(
-        self,
-        preds: Tensor,
-        target: Tensor,
-        sample_ids: Tensor | None,
-        extras: dict[str, Tensor],
-        start: int,
-        sample_weight: Tensor | None = None,
-    ) -> None:
-        """Raise on a bad batch; its rows still took their sampler positions (``sync_report.rejected`` counts them)."""
-        try:
-            check_batch(self, preds, target, sample_ids, extras)
-            if sample_weight is not None and not self._takes_weights:
-                msg = f"{type(self).__name__} does not take `sample_weight`."
-                raise ValueError(msg)
-            if sample_weight is not None:
-                check_sample_weight(sample_weight, preds, target, self.task)
-            self._check_weight_mode(sample_weight is not None)
-        except (ValueError, TypeError):
-            self._update_count -= 1  # the failed call must not count as an update either
-            rows = (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
-            self._ledger.reject(self, start, rows)
-            raise
+        """Validate, drop sampler padding, format and append (or count) one batch; all or nothing (``_intake.py``)."""
+        take_batch(self, preds, target, sample_ids, extras, start, sample_weight)
 
     @torch.jit.unused
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -408,3 +312,6 @@ class _RankingMetric(_VarlenMetric):
                 ``sample_ids`` the kept copy's weight counts.
         """
         self._update(preds, target, sample_ids, {}, _start, sample_weight)
+
+
+host_counters(_VarlenMetric, _COUNTERS)  # per-batch counts stay host-side ints until the states are read
