@@ -7,11 +7,15 @@ the streaming chunk and pieces above it (so groups of small pieces and big piece
 
 from __future__ import annotations
 
+import copy
+import pickle
 from collections.abc import Callable
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import pytest
 import torch
+import torch.multiprocessing  # noqa: F401  (registers the shared-memory reductions ForkingPickler uses)
 import torchmetrics.classification as tmc
 
 import torchmetrics_varlen as tv
@@ -169,3 +173,33 @@ def test_whole_keys_area_is_the_chunked_area(
             assert isinstance(chunk, torch.Tensor)
             chunked += _ranking._twice_area_of_keys(chunk, p + pos_before, a + all_before)
         assert _ranking._twice_area_of_keys_cpu(col.keys, pos_before, all_before) == chunked
+
+
+@pytest.mark.parametrize("thresholds", [torch.bfloat16, 5])
+def test_summed_state_counted_in_place_never_touches_a_copy(thresholds: Any) -> None:
+    """The 16-bit / binned count goes into the metric's own summed state in place: a deep copy, a pickled copy (what
+    ddp_spawn sends each rank, possibly sharing storage) and the state before a reset keep their counts.
+    """
+    gen = torch.Generator().manual_seed(3)
+    preds, target = torch.rand(300, generator=gen), torch.randint(0, 2, (300,), generator=gen)
+    metric = tv.VarlenAUROC(thresholds=thresholds)
+    metric.update(preds[:100], target[:100])
+    twin = copy.deepcopy(metric)
+    shared = pickle.loads(ForkingPickler.dumps(metric))  # as torch.multiprocessing sends it: the same storage
+    assert (
+        shared.hist.untyped_storage().data_ptr() == metric.hist.untyped_storage().data_ptr()
+        if (thresholds is torch.bfloat16)
+        else True
+    )
+    before = metric.compute().clone()
+    metric.update(preds[100:], target[100:])
+    for other in (twin, shared):
+        assert torch.equal(other.compute(), before)
+        other.update(preds[100:], target[100:])
+    whole = tv.VarlenAUROC(thresholds=thresholds)
+    whole.update(preds, target)
+    for m in (metric, twin, shared):
+        assert torch.equal(m.compute(), whole.compute())
+    metric.reset()
+    metric.update(preds[:100], target[:100])
+    assert torch.equal(metric.compute(), before)

@@ -7,6 +7,7 @@ positions, padding cut, ids range and dedup mode are the ledger's (``_ledger.py`
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import torch
@@ -19,7 +20,7 @@ from torchmetrics.wrappers.abstract import WrapperMetric
 from torchmetrics_varlen._checks import check_inputs, validate_dedup_and_timeout, validate_sample_ids
 from torchmetrics_varlen._guarded import SHARED_SYNCS, GuardedMetric
 from torchmetrics_varlen._states import list_rows
-from torchmetrics_varlen.functional._count import binned_confmat, count, empty_state
+from torchmetrics_varlen.functional._count import binned_confmat, count_into, empty_state
 from torchmetrics_varlen.functional._hist import histogram
 from torchmetrics_varlen.functional._tasks import Split, format_inputs
 from torchmetrics_varlen.functional._weighted import _split as weighted_columns
@@ -197,6 +198,23 @@ def _weighted_count(metric: Any, scores: Tensor, labels: Tensor, weight: Tensor)
     return torch.stack(parts, dim=m.mode.class_dim)
 
 
+# The summed state each metric owns (it made the tensor itself), so that batches are counted into it in place. Kept
+# outside the metric on purpose: a metric pickled to spawned processes (Lightning's ddp_spawn) can share its tensor
+# states' storage across ranks, and a copy (pickled, deep-copied) is a new key here, so it clones before its first
+# in-place add; so does a metric whose state was replaced (reset, load, sync, compute-group reference).
+_OWNED: weakref.WeakKeyDictionary[Any, Tensor] = weakref.WeakKeyDictionary()
+
+
+def _owned_sum(metric: Any) -> Tensor:
+    """The metric's summed state, cloned once if this metric did not make it (then added to in place)."""
+    state: Tensor = getattr(metric, metric._summed)
+    if _OWNED.get(metric) is not state:
+        state = state.clone()
+        setattr(metric, metric._summed, state)
+        _OWNED[metric] = state
+    return state
+
+
 def take_batch(
     metric: Any,
     preds: Tensor,
@@ -241,14 +259,10 @@ def take_batch(
         m.target.append(labels)
         for name, value in expanded.items():
             getattr(m, name).append(value)
-    else:
-        if sample_weight is None:
-            batch = count(m.mode, scores, labels, m.task, m.thresholds)
-        else:
-            batch = _weighted_count(m, scores, labels, expanded["weight"])
-        # Out of place on purpose: a metric pickled to spawned processes (Lightning's ddp_spawn) can share its tensor
-        # states' storage across ranks, and an in-place add would then count every rank's samples on every rank.
-        setattr(m, m._summed, getattr(m, m._summed) + batch)
+    elif sample_weight is None:
+        count_into(m.mode, _owned_sum(m), scores, labels, m.task, m.thresholds)
+    else:  # float64 sums of weights, added out of place (one addition order, whatever the batch sizes)
+        setattr(m, m._summed, getattr(m, m._summed) + _weighted_count(m, scores, labels, expanded["weight"]))
     ledger.bump("num_samples", scores.shape[0])
     ledger.accept(m, start, rows, keep)
 
