@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 from sklearn.metrics import accuracy_score, roc_auc_score
+from torchmetrics import MetricCollection
 from torchmetrics.classification import BinaryAccuracy, BinaryAUROC
 
 from torchmetrics_varlen import (
@@ -192,3 +193,27 @@ def test_counter_states_read_or_copied_mid_epoch_keep_every_count(kind: str) -> 
         assert float(m.compute()) == pytest.approx(roc_auc_score(TARGET[:10], PREDS[:10]), abs=1e-6)
         assert m.sync_report is not None
         assert (m.sync_report.seen_per_rank, m.sync_report.kept, m.sync_report.missing) == ((12,), 10, 0)
+
+
+def test_never_seen_warning_skips_library_frames_and_points_at_the_users_line() -> None:
+    """Called through a library (torchmetrics' MetricCollection here; Lightning's logger in a LightningModule), the
+    warning still names the line of the user's code, not the library's.
+    """
+    collection = MetricCollection({"auroc": VarlenAUROC(dataset_size=12)})
+    collection.update(torch.tensor([0.2, 0.7, 0.4, 0.9]), torch.tensor([0, 1, 1, 0]))
+    with pytest.warns(UserWarning, match="never seen") as record:
+        collection.compute()
+    assert [r.filename for r in record] == [__file__]
+
+
+def test_collection_keeps_its_report_after_reset_as_a_metric_does() -> None:
+    metric = VarlenAUROC(dataset_size=3)
+    collection = VarlenCollection({"auroc": VarlenAUROC(), "acc": BinaryAccuracy()}, dataset_size=3)
+    for host in (metric, collection):
+        host.update(torch.tensor([0.2, 0.7, 0.4]), torch.tensor([0, 1, 1]))
+        host.compute()
+        report = host.sync_report
+        host.reset()
+        assert host.sync_report == report
+        assert report is not None
+        assert (report.kept, report.missing) == (3, 0)

@@ -24,8 +24,11 @@ tensors' storage). Assigning the attribute replaces the count (its pending part 
 from __future__ import annotations
 
 import functools
+import os
+import sys
 import warnings
 from collections.abc import Callable, Sequence
+from types import FrameType
 from typing import Any
 
 import torch
@@ -227,10 +230,10 @@ class Ledger:
         _, world = group_position(getattr(host, "process_group", None))
         return report_from_counts(info, kept, self.dataset_size, partial=not synced and world > 1)
 
-    def warn(self, report: SyncReport | None, stacklevel: int = 3) -> None:
-        """The "never seen" warning, once per epoch, the same text on every rank (every rank has the report).
-
-        ``stacklevel`` counts from here: 3 is the caller of the host's ``compute`` wrapper that calls this.
+    def warn(self, report: SyncReport | None) -> None:
+        """The "never seen" warning, once per epoch, the same text on every rank (every rank has the report),
+        attributed to the user's line: the first caller outside this package, torchmetrics, torch and Lightning (under
+        Lightning, the ``self.log(...)`` or ``compute()`` line of the user's module rather than Lightning's logger).
         """
         if report is None or not report.missing or self.warned:
             return
@@ -243,7 +246,7 @@ class Ledger:
             " with drop_last=True (it drops the tail; drop_last=False pads instead, and the padding is removed"
             " exactly), or a rank that skipped batches. Raised once per epoch (until reset()).",
             UserWarning,
-            stacklevel=stacklevel,
+            stacklevel=_user_stacklevel(),
         )
 
     # ------------------------------------------------------------------ checkpoints
@@ -267,6 +270,22 @@ class Ledger:
             self.own = counts
 
 
+_LIBRARIES = ("torchmetrics_varlen", "torchmetrics", "torch", "lightning", "pytorch_lightning", "lightning_fabric")
+
+
+def _user_stacklevel() -> int:
+    """``stacklevel`` for a warning raised by the caller of this function that points at the first frame outside
+    the libraries a metric is called through (only those already imported are looked at).
+    """
+    files = [getattr(sys.modules.get(name), "__file__", None) for name in _LIBRARIES]
+    roots = tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in files if isinstance(f, str))
+    frame: FrameType | None = sys._getframe(2)  # level 1 is the caller's own line (the warnings.warn call)
+    level = 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(roots):
+        frame, level = frame.f_back, level + 1
+    return level if frame is not None else 2
+
+
 def warning_compute(host: Any, compute: Callable[..., Any]) -> Callable[..., Any]:
     """``compute`` (torchmetrics' wrapped one), then the host ledger's "never seen" warning, on every rank, pointing at
     the caller of ``compute()`` (not inside ``forward``: a batch value is not an evaluation of the data set).
@@ -276,7 +295,7 @@ def warning_compute(host: Any, compute: Callable[..., Any]) -> Callable[..., Any
     def compute_and_report(*args: Any, **kwargs: Any) -> Any:
         value = compute(*args, **kwargs)
         if not getattr(host, "_in_forward", False):
-            host._ledger.warn(host.sync_report)  # stacklevel 3: warn <- compute_and_report <- the caller
+            host._ledger.warn(host.sync_report)
         return value
 
     return compute_and_report

@@ -147,7 +147,7 @@ class VarlenCollection(MetricCollection):
         """Reset every metric, the sampler position and the counters."""
         super().reset()
         self._ledger.reset()
-        self._mode, self._ledger_info, self.sync_report = None, None, None
+        self._mode, self._ledger_info = None, None  # sync_report stays, as a metric's does, until the next compute
 
     def persistent(self, mode: bool = True) -> None:
         """As ``MetricCollection.persistent``; the collection's sampler position and counters follow."""
