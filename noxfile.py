@@ -122,6 +122,8 @@ def bench(session: nox.Session) -> None:
     session.install(".[test]")
     session.run("python", "benchmarks/bench_exact.py", *session.posargs)
     session.run("python", "benchmarks/bench_sync.py")
+    session.run("python", "benchmarks/bench_batches.py")
+    session.run("python", "benchmarks/bench_uncertainty.py")
 
 
 @nox.session(default=False, venv_backend="none")
