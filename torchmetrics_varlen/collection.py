@@ -89,6 +89,8 @@ class VarlenCollection(MetricCollection):
         self._sync_base = sync_key or "VarlenCollection"
         self._sync_identity = new_identity(self._sync_base)
         self._position = 0  # rows this rank passed to update / forward: the sampler position of the next row
+        self._sync_epoch = 0  # reset() calls so far: the joint sync's epoch
+        self._sync_version = 0  # update() / forward() calls since: changes whenever the states do
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """A copy (``clone``, ``deepcopy``, unpickling) is a new collection: a new sync identity."""
@@ -119,6 +121,7 @@ class VarlenCollection(MetricCollection):
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         """Drop the batch's sampler padding (``dataset_size``), then update every metric (or compute group)."""
+        self._sync_version += 1
         batch = self._drop_padding(args, kwargs)
         if batch is not None:
             super().update(*batch[0], **batch[1])
@@ -127,6 +130,7 @@ class VarlenCollection(MetricCollection):
         """Drop the batch's sampler padding, then every metric's ``forward`` (batch values, no sync); a batch made
         only of padding reaches no metric and gives ``{}``.
         """
+        self._sync_version += 1
         batch = self._drop_padding(args, kwargs)
         return {} if batch is None else super().forward(*batch[0], **batch[1])
 
@@ -134,6 +138,7 @@ class VarlenCollection(MetricCollection):
         """Reset every metric and the sampler position."""
         super().reset()
         self._position = 0
+        self._sync_epoch, self._sync_version = self._sync_epoch + 1, 0
 
     # ------------------------------------------------------------------ the joint sync
 
@@ -179,6 +184,8 @@ class VarlenCollection(MetricCollection):
                 "Call compute() of the collection (or log it) on every rank of its process group, not only on rank 0."
                 " If the ranks create their collections in different orders, give each the same `sync_key`."
             ),
+            epoch=self._sync_epoch,
+            version=self._sync_version,
         )
         results = sync_together(request, parts, aliases)
         for name, metric in members:

@@ -61,6 +61,8 @@ class SyncRequest:
     timeout: float | None
     what: str
     fix: str
+    epoch: int = 0  # resets of the metric so far: syncs of different epochs never pair
+    version: int | None = None  # changes with the states within the epoch (None: every call syncs new states)
 
 
 @dataclass(frozen=True)
@@ -210,6 +212,8 @@ def check_in_states(
         timeout=request.timeout,
         what=request.what,
         fix=request.fix,
+        epoch=request.epoch,
+        version=request.version,
     )
     vector = [int(signature[:15], 16), *(info[k] for k in sorted(info)), *(modes[k].code() for k in sorted(modes))]
     for layout in mine.values():
