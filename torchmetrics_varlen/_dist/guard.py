@@ -48,7 +48,7 @@ _ROOT = "torchmetrics_varlen/2"
 _COUNT = (1 << 20) - 1  # arrivals: bits 0-19 (W < 2**20)
 _MISMATCH = 1 << 20  # arrivals whose signature differs from the first one: bits 20-49
 _ABORT = 1 << 50  # ranks that stopped waiting: bits 50-62
-_GO, _DIFFERS, _ABANDON = "go", "mismatch", "abort"
+_GO, _DIFFERS, _ABANDON, _MOVED = "go", "mismatch", "abort", "moved"
 _FOREVER = 3600.0  # sync_timeout=None: wait in slices of an hour
 _ERROR_PATH_WAIT = 2.0  # seconds the error paths wait for the (live) ranks' keys
 _WATCH_PERIOD = 0.05  # seconds between the looks of a late or repeating rank at where the others are
@@ -290,8 +290,7 @@ def check_in(
     store = store or _store()
     ns = _namespace(scope, store, layout, what)
     key = (layout.name, identity)
-    last = scope.places.get(key)
-    place = Place(epoch, version, 0, 0) if last is None else last.after(epoch, version)
+    place = _first_place(scope.places.get(key), epoch, version, layout, what, store, f"{ns.prefix}{identity}/")
     late = False  # this rank found the sync it came for abandoned by the others
     late_by: float | None = None  # how long before they had given up, when they said
     started = time.monotonic()
@@ -332,10 +331,24 @@ def check_in(
         return ticket
     if decision == _DIFFERS:
         _raise_mismatch(ticket, record)
-    if left_behind:
+    if left_behind or decision.startswith(_MOVED):
         _raise_left_behind(ticket, late, late_by, timeout)
     _raise_missing(ticket, arrival & _COUNT, max(collect, 0), late, late_by)
     raise AssertionError  # pragma: no cover - both raise
+
+
+def _first_place(
+    last: Place | None, epoch: int, version: int | None, layout: GroupLayout, what: str, store: Any, base: str
+) -> Place:
+    """Where this sync starts. A rank that never synced in the previous epoch also marks that epoch's first sync
+    ``moved``: a rank waiting there learns at once that it will never come (it cannot complete any more).
+    """
+    if epoch and (last is None or last.epoch < epoch - 1):
+        try:
+            store.compare_set(f"{base}{epoch - 1}.0.0/d", "", f"{_MOVED} {layout.rank}")
+        except RuntimeError as err:
+            raise _lost_store(err, layout, what) from err
+    return Place(epoch, version, 0, 0) if last is None else last.after(epoch, version)
 
 
 def _give_up(ticket: Ticket) -> int:
@@ -397,6 +410,12 @@ def _raise_left_behind(ticket: Ticket, late: bool, late_by: float | None, timeou
             " epoch). Its states cannot be combined with theirs: nothing was exchanged, and its states were left"
             " as they were. Keep sync_timeout above the drift between your ranks; the next compute() that every"
             " rank calls on the same epoch is exact again."
+        )
+    elif ticket.prefix.endswith(".0.0/"):
+        msg = (
+            f"{ticket.what} on {me} waited at the sync of {ticket.identity!r}, but another rank reset the metric and"
+            " synced in the next epoch without calling compute() in this one. Nothing was exchanged, and its states"
+            f" were left as they were. {ticket.fix}"
         )
     elif ticket.prefix.endswith(".0/"):
         msg = (
