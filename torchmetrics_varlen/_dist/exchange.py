@@ -67,6 +67,8 @@ class SyncRequest:
     timeout: float | None
     what: str
     fix: str
+    epoch: int = 0  # resets of the metric so far: syncs of different epochs never pair
+    version: int | None = None  # changes with the states within the epoch (None: every call syncs new states)
 
 
 @dataclass(frozen=True)
@@ -230,6 +232,8 @@ def check_in_states(
         timeout=request.timeout,
         what=request.what,
         fix=request.fix,
+        epoch=request.epoch,
+        version=request.version,
     )
     comm = comm_device(request.layout.group, device)
     outbox = Outbox()
