@@ -1,8 +1,8 @@
-"""The state handling, dedup and synchronisation shared by every metric of the package.
+"""The state handling shared by every metric of the package; how it syncs and computes is its compute strategy.
 
 A metric keeps one row per sample in list states (exact mode) or a summed state (binned, 16-bit): its ``Mode``.
 ``update`` validates, drops sampler padding (the ledger, ``_ledger.py``), formats and appends (or adds); ``compute``
-runs after one guarded sync, drops duplicate ids and hands the counted problems to the functional core.
+runs after one guarded sync, through the strategy chosen in the constructor (``_strategy.py``, ``_sync.py``).
 
 The constructor keywords of the synchronisation (``dataset_size``, ``sync_timeout``, ``compute_on_rank``,
 ``compute_sharded``, ``sync_key``) are declared here only; the public classes pass them through ``**kwargs``.
@@ -11,30 +11,17 @@ No ``from __future__ import annotations`` here: ``torch.jit.script(metric)`` rea
 ``_VarlenMetric`` to type the module's attributes, and TorchScript cannot resolve annotations kept as strings.
 """
 
-from collections.abc import Callable
 from typing import Any, cast
 
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import (
-    SCALAR_AVERAGES,
-    TASKS,
-    Average,
-    Normalization,
-    Thresholds,
-    validate_metric_args,
-)
+from torchmetrics_varlen._checks import SCALAR_AVERAGES, TASKS, Average, Normalization, Thresholds, validate_metric_args
 from torchmetrics_varlen._dedup import SyncReport
 from torchmetrics_varlen._intake import check_batch, expand_per_sample, sample_shape, stored_dedup_mode
-from torchmetrics_varlen._ledger import Ledger, warning_compute
+from torchmetrics_varlen._ledger import Ledger
 from torchmetrics_varlen.classification._sync import _COUNTERS, SHARED_SYNCS, _SyncedMetric, choose_strategy
-from torchmetrics_varlen.functional._count import (
-    Mode,
-    binned_confmat,
-    count,
-    threshold_tensor,
-)
+from torchmetrics_varlen.functional._count import Mode, binned_confmat, count, threshold_tensor
 from torchmetrics_varlen.functional._hist import histogram
 from torchmetrics_varlen.functional._reduce import RankStatistic
 from torchmetrics_varlen.functional._tasks import Split, format_inputs
@@ -276,9 +263,6 @@ class _VarlenMetric(_SyncedMetric):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         if any(self._ledger.counts(self)) and not self._update_count:
             self._update_count = 1  # loaded states are updates: compute() must not warn that none happened
-
-    def _wrap_compute(self, compute: Callable[..., Any]) -> Callable[..., Any]:
-        return warning_compute(self, super()._wrap_compute(compute))
 
 
 class _RankingMetric(_VarlenMetric):

@@ -24,7 +24,7 @@ from torchmetrics_varlen._dist.group import distributed_available as group_initi
 from torchmetrics_varlen._dist.group import group_position
 from torchmetrics_varlen._guarded import SHARED_SYNCS, GuardedMetric, Payload
 from torchmetrics_varlen._intake import empty_rows
-from torchmetrics_varlen._ledger import Ledger
+from torchmetrics_varlen._ledger import Ledger, warning_compute
 from torchmetrics_varlen.classification._sharded import Sharded
 from torchmetrics_varlen.classification._strategy import ComputeStrategy, GatherToAll, GatherToOne, Summed
 from torchmetrics_varlen.functional._count import Mode, Problem
@@ -129,6 +129,10 @@ class _SyncedMetric(GuardedMetric):
 
     def _after_compute(self) -> None:
         self._checked = None
+
+    def _wrap_compute(self, compute: Callable[..., Any]) -> Callable[..., Any]:
+        """The guarded compute wrapper, inside the ledger's (report, warnings): ``_ledger.warning_compute``."""
+        return warning_compute(self, super()._wrap_compute(compute))
 
     # ------------------------------------------------------------------ what the strategies compute from
 
