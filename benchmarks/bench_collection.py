@@ -63,11 +63,11 @@ def _collection(variant: str) -> Any:
 
 def _counting() -> tuple[dict[str, int], Any]:
     """Count collectives and check-ins from now on; the returned function undoes the patches."""
-    from torchmetrics_varlen._dist import exchange
+    from torchmetrics_varlen._dist import metadata
 
     counts = {"collectives": 0, "check_ins": 0}
     originals = {name: getattr(dist, name) for name in _COLLECTIVES if hasattr(dist, name)}
-    original_check_in = exchange.check_in
+    original_check_in = metadata.check_in
 
     def wrap(original: Any, key: str) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -78,12 +78,12 @@ def _counting() -> tuple[dict[str, int], Any]:
 
     for name, original in originals.items():
         setattr(dist, name, wrap(original, "collectives"))
-    exchange.check_in = wrap(original_check_in, "check_ins")
+    metadata.check_in = wrap(original_check_in, "check_ins")
 
     def undo() -> None:
         for name, original in originals.items():
             setattr(dist, name, original)
-        exchange.check_in = original_check_in
+        metadata.check_in = original_check_in
 
     return counts, undo
 

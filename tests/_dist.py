@@ -192,11 +192,11 @@ _COLLECTIVES = ("all_gather", "all_gather_into_tensor", "all_gather_single", "al
 
 def count_syncs(fn: Callable[[], Any]) -> tuple[Any, dict[str, int]]:
     """Run ``fn`` on a rank counting torch.distributed collectives and guard check-ins (both still run)."""
-    from torchmetrics_varlen._dist import exchange
+    from torchmetrics_varlen._dist import metadata
 
     counts = {"collectives": 0, "check_ins": 0}
     originals = {name: getattr(dist, name) for name in _COLLECTIVES}
-    original_check_in = exchange.check_in
+    original_check_in = metadata.check_in
 
     def wrap(original: Any, key: str) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -207,11 +207,11 @@ def count_syncs(fn: Callable[[], Any]) -> tuple[Any, dict[str, int]]:
 
     for name, original in originals.items():
         setattr(dist, name, wrap(original, "collectives"))
-    exchange.check_in = wrap(original_check_in, "check_ins")  # type: ignore[assignment]
+    metadata.check_in = wrap(original_check_in, "check_ins")  # type: ignore[assignment]
     try:
         value = fn()
     finally:
         for name, original in originals.items():
             setattr(dist, name, original)
-        exchange.check_in = original_check_in  # type: ignore[assignment]
+        metadata.check_in = original_check_in  # type: ignore[assignment]
     return value, counts

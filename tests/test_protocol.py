@@ -134,17 +134,17 @@ def case_peer_dies_after_check_in(rank: int, world: int, where: str) -> dict[str
     """Rank 1 dies right after the check-in (before the data exchange), or, with compute_on_rank=1, while it
     computes the value the others wait for.
     """
-    from torchmetrics_varlen._dist import exchange
-    from torchmetrics_varlen.classification import _sync
+    from torchmetrics_varlen._dist import transport
+    from torchmetrics_varlen.classification import _strategy
 
     if where == "exchange":
         metric = _metric(rank, world)
         if rank == 1:
-            exchange._gather_packed = lambda *args: os._exit(0)  # type: ignore[assignment]
+            transport._gather_packed = lambda *args: os._exit(0)  # type: ignore[assignment]
     else:
         metric = _metric(rank, world, compute_on_rank=1)
         if rank == 1:
-            _sync.broadcast_value = lambda *args, **kwargs: os._exit(0)  # type: ignore[assignment]
+            _strategy.broadcast_value = lambda *args, **kwargs: os._exit(0)  # type: ignore[assignment]
     return _timed(metric.compute)
 
 

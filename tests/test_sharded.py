@@ -13,7 +13,7 @@ from _float32 import f32
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from torchmetrics_varlen import MetricSyncError, VarlenAUROC, VarlenAveragePrecision
-from torchmetrics_varlen._dist import shard
+from torchmetrics_varlen.classification import _sharded
 
 pytestmark = pytest.mark.distributed
 
@@ -32,14 +32,14 @@ def case_sharded(rank: int, world: int, n: int, seed: int, pattern: str, dtype: 
     preds, target = scores_and_labels(n, seed, ties=ties) if ties else _spread(n, seed)
     part = rank_slice(n, world, rank, pattern)
     local_sizes: list[int] = []
-    original = shard.rank_sums
+    original = _sharded.rank_sums
 
     def recording(col: Any, **kwargs: Any) -> Any:
         sums = original(col, **kwargs)
         local_sizes.append(sums.n_all)
         return sums
 
-    shard.rank_sums = recording  # type: ignore[assignment]
+    _sharded.rank_sums = recording  # type: ignore[assignment]
     out: dict[str, Any] = {}
     try:
         for name, cls in (("auroc", VarlenAUROC), ("ap", VarlenAveragePrecision)):
@@ -56,7 +56,7 @@ def case_sharded(rank: int, world: int, n: int, seed: int, pattern: str, dtype: 
             assert report is not None
             out[name + "_kept"] = report.kept
     finally:
-        shard.rank_sums = original  # type: ignore[assignment]
+        _sharded.rank_sums = original  # type: ignore[assignment]
     out["local_sizes"] = local_sizes
     return out
 

@@ -115,6 +115,8 @@ class GuardedMetric(Metric):
     _sync_base: str
     _sync_identity: str
     _pending_sync: Gathered | None = None
+    _sync_epoch: int = 0  # reset() calls so far (not forward()'s internal ones): the epoch of the metric's syncs
+    _sync_in_forward: int = 0  # forward() calls under way: their reset() is no new epoch
 
     def _init_sync(self, sync_key: str | None) -> None:
         """Give the metric its sync identity: ``sync_key``, or its class and creation order (see ``guard.py``)."""
@@ -184,7 +186,29 @@ class GuardedMetric(Metric):
             timeout=self.sync_timeout,
             what=f"{self._sync_name()}.compute()",
             fix=self._sync_fix(),
+            epoch=self._sync_epoch,
+            # forward()'s batch value (dist_sync_on_step) syncs one batch each time: always new states
+            version=None if self._sync_in_forward else int(self._update_count),
         )
+
+    # ------------------------------------------------------------------ epochs
+
+    @torch.jit.unused
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Torchmetrics' ``forward``; the ``reset()`` it makes inside starts no new epoch of the metric's syncs."""
+        self._sync_in_forward += 1
+        try:
+            return super().forward(*args, **kwargs)
+        finally:
+            self._sync_in_forward -= 1
+
+    def reset(self) -> None:
+        """Torchmetrics' ``reset``; each call (outside ``forward``) starts a new epoch of the metric's syncs, so that
+        a sync never pairs one rank's states of one epoch with another rank's of another.
+        """
+        if not self._sync_in_forward:
+            self._sync_epoch += 1
+        super().reset()
 
     def _copy_state_dict(self) -> dict[str, list[Tensor] | Tensor]:
         """Shallow copies of the list states instead of torchmetrics' clone of every stored batch.

@@ -20,7 +20,7 @@ from torchmetrics.wrappers.abstract import WrapperMetric
 from torchmetrics_varlen._checks import check_inputs, validate_dedup_and_timeout, validate_sample_ids
 from torchmetrics_varlen._guarded import SHARED_SYNCS, GuardedMetric
 from torchmetrics_varlen._states import list_rows
-from torchmetrics_varlen.functional._count import binned_confmat, count_into, empty_state
+from torchmetrics_varlen.functional._count import binned_confmat, count_into
 from torchmetrics_varlen.functional._hist import histogram
 from torchmetrics_varlen.functional._tasks import Split, format_inputs
 from torchmetrics_varlen.functional._weighted import _split as weighted_columns
@@ -85,22 +85,6 @@ def empty_rows(name: str, task: str, width: int, device: torch.device) -> Tensor
         dtype = {"binary": torch.bool, "multiclass": torch.int64, "multilabel": torch.int8}[task]
         return torch.zeros((0,) if task != "multilabel" else (0, width), dtype=dtype, device=device)
     return torch.zeros(0, dtype=torch.int32 if name == "ids_sub" else torch.int64, device=device)
-
-
-def add_states(metric: Any, counters: tuple[str, ...]) -> None:
-    """A package metric's states: the row lists (exact mode: ``preds``, ``target``, ``ids``, ``ids_sub`` and its
-    ``_row_extras``) or the summed state (binned, 16-bit), and the counters (int64 zeros, summed).
-    """
-    m = metric
-    if m._summed is None:
-        for name in ("preds", "target", "ids", "ids_sub", *m._row_extras):
-            m.add_state(name, default=[], dist_reduce_fx="cat")
-    else:
-        n_thresholds = 0 if m.thresholds is None else m.thresholds.numel()
-        default = empty_state(m.mode, m.task, m._width, n_thresholds)
-        m.add_state(m._summed, default=default, dist_reduce_fx="sum")
-    for name in counters:
-        m.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
 
 def _has_rows(state: list[Tensor] | Tensor, synced: bool) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._dist.exchange import CheckedIn, Gathered, Mode, RankMeta, SyncRequest, sync_states
+from torchmetrics_varlen._dist.exchange import CheckedIn, Gathered, Layout, Mode, RankMeta, SyncRequest, sync_states
 from torchmetrics_varlen._guarded import Payload
 
 _ALIAS = "#alias"  # counter of every part: the index of the part whose rows it takes on this rank, -1 for its own
@@ -81,7 +81,7 @@ def _unalias(views: dict[str, Gathered], names: list[str], key: str) -> Gathered
     if all(s < 0 for s in sources):
         return dataclasses.replace(view, checked=CheckedIn(view.checked.ticket, ranks, view.checked.layouts))
     cat: dict[str, Tensor | list[Tensor]] = {}
-    layouts: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {}
+    layouts: dict[str, Layout] = {}
     for state in view.cat:
         per_source = {s: _by_rank(views[names[s]] if s >= 0 else view, state) for s in set(sources)}
         pieces = [per_source[s][r] for r, s in enumerate(sources)]
@@ -89,12 +89,12 @@ def _unalias(views: dict[str, Gathered], names: list[str], key: str) -> Gathered
             if s >= 0:
                 ranks[r].states[state] = views[names[s]].checked.ranks[r].states[state]
         present = [p for p in pieces if p is not None]
-        dtype, trailing = view.checked.layouts[state]
+        dtype, trailing = view.checked.layouts[state].dtype, view.checked.layouts[state].trailing
         if present:
             dtype, trailing = present[0].dtype, tuple(present[0].shape[1:])
             for p in present[1:]:
                 dtype = torch.promote_types(dtype, p.dtype)
-        layouts[state] = (dtype, trailing)
+        layouts[state] = Layout(dtype, trailing)
         cat[state] = present or [torch.empty((0, *trailing), dtype=dtype, device=_device_of(view))]
     return Gathered(cat=cat, summed=view.summed, checked=CheckedIn(view.checked.ticket, ranks, layouts))
 

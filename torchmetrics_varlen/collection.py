@@ -94,6 +94,8 @@ class VarlenCollection(MetricCollection):
         self._ledger = Ledger("VarlenCollection", dataset_size)  # sampler positions, counters, report, warning
         self._ledger_info: list[dict[str, int]] | None = None  # every rank's counters, from the last joint sync
         self.sync_report: SyncReport | None = None
+        self._sync_epoch = 0  # reset() calls so far: the joint sync's epoch
+        self._sync_version = 0  # update() / forward() calls since: changes whenever the states do
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """A copy (``clone``, ``deepcopy``, unpickling) is a new collection: a new sync identity."""
@@ -134,12 +136,14 @@ class VarlenCollection(MetricCollection):
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         """Drop the batch's sampler padding (``dataset_size``), then update every metric (or compute group)."""
+        self._sync_version += 1
         self._take(args, kwargs, super().update)
 
     def forward(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Drop the batch's sampler padding, then every metric's ``forward`` (batch values, no sync); a batch made
         only of padding reaches no metric and gives ``{}``.
         """
+        self._sync_version += 1
         out: dict[str, Any] = self._take(args, kwargs, super().forward)
         return out
 
@@ -148,6 +152,7 @@ class VarlenCollection(MetricCollection):
         super().reset()
         self._ledger.reset()
         self._mode, self._ledger_info = None, None  # sync_report stays, as a metric's does, until the next compute
+        self._sync_epoch, self._sync_version = self._sync_epoch + 1, 0
 
     def persistent(self, mode: bool = True) -> None:
         """As ``MetricCollection.persistent``; the collection's sampler position and counters follow."""
@@ -161,6 +166,7 @@ class VarlenCollection(MetricCollection):
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
         self._ledger.load(self, state_dict, prefix)
         self._mode, self._ledger_info = None, None
+        self._sync_version += 1  # loaded states are new states
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     # ------------------------------------------------------------------ the joint sync
@@ -220,6 +226,8 @@ class VarlenCollection(MetricCollection):
                 "Call compute() of the collection (or log it) on every rank of its process group, not only on rank 0."
                 " If the ranks create their collections in different orders, give each the same `sync_key`."
             ),
+            epoch=self._sync_epoch,
+            version=self._sync_version,
         )
         first = members[0][0]  # the collection's own counters travel with its first part's
         parts[first].info.update({_LEDGER + k: v for k, v in self._ledger.info(self).items()})

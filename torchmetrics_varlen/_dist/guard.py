@@ -48,9 +48,58 @@ _ROOT = "torchmetrics_varlen/2"
 _COUNT = (1 << 20) - 1  # arrivals: bits 0-19 (W < 2**20)
 _MISMATCH = 1 << 20  # arrivals whose signature differs from the first one: bits 20-49
 _ABORT = 1 << 50  # ranks that stopped waiting: bits 50-62
-_GO, _DIFFERS, _ABANDON = "go", "mismatch", "abort"
+_GO, _DIFFERS, _ABANDON, _MOVED = "go", "mismatch", "abort", "moved"
 _FOREVER = 3600.0  # sync_timeout=None: wait in slices of an hour
 _ERROR_PATH_WAIT = 2.0  # seconds the error paths wait for the (live) ranks' keys
+_WATCH_PERIOD = 0.05  # seconds between the looks of a late or repeating rank at where the others are
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a metric's sync stands: its epoch (resets so far), the version of its states it synced (``None``: every
+    call is a new state), how many different versions it synced in this epoch (``state``), and how many times it
+    tried to sync this very version (``attempt``).
+    """
+
+    epoch: int
+    version: int | None
+    state: int
+    attempt: int
+
+    def after(self, epoch: int, version: int | None) -> Place:
+        """The place of the next sync of the same metric, with these states."""
+        if epoch != self.epoch:
+            return Place(epoch, version, 0, 0)
+        if version is None or version != self.version:
+            return Place(epoch, version, self.state + 1, 0)
+        return Place(epoch, version, self.state, self.attempt + 1)
+
+    def again(self) -> Place:
+        """The next attempt with the same states (after this one was abandoned)."""
+        return Place(self.epoch, self.version, self.state, self.attempt + 1)
+
+    @property
+    def tag(self) -> str:
+        """The place's part of the store keys."""
+        return f"{self.epoch}.{self.state}.{self.attempt}"
+
+    def later(self) -> tuple[str, str]:
+        """The tags of where the other ranks go next when they do not sync these states again: a new version in
+        this epoch, or the next epoch.
+        """
+        return f"{self.epoch}.{self.state + 1}.0", f"{self.epoch + 1}.0.0"
+
+
+@dataclass
+class Namespace:
+    """A process group's incarnation: the prefix of all of its keys, and whether this rank knows that a sync of this
+    incarnation completed (after which the incarnation counter has moved on for the group's next incarnation).
+    """
+
+    prefix: str
+    number: int
+    counter: str
+    moved: bool = False
 
 
 @dataclass
@@ -58,7 +107,8 @@ class Scope:
     """Per-process counters, one set per default process group (a new ``init_process_group`` starts afresh)."""
 
     created: dict[str, int] = field(default_factory=dict)  # identity base -> metrics created so far
-    sequences: dict[tuple[str, str], int] = field(default_factory=dict)  # (group, identity) -> next sequence
+    places: dict[tuple[str, str], Place] = field(default_factory=dict)  # (group, identity) -> last sync's place
+    namespaces: dict[str, Namespace] = field(default_factory=dict)  # group name -> its incarnation
     # group -> (key prefix, extra keys) of its last completed sync; strings only, so that no process group or
     # store is kept alive by this (a group destroyed with live C++ threads aborts the process at exit)
     last_go: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
@@ -178,6 +228,26 @@ class Ticket:
         return failure
 
 
+def _namespace(scope: Scope, store: Any, layout: GroupLayout, what: str) -> Namespace:
+    """The group's incarnation, read once per process from the group name's incarnation counter.
+
+    The counter moves on when the first sync of an incarnation completes (every rank of the group has read it by
+    then: a sync completes only once every rank arrived), so a new group with the same name on the same store (a
+    re-initialised default group, a new job on a store that kept an old job's keys) reads a new number and never
+    meets the old group's keys.
+    """
+    ns = scope.namespaces.get(layout.name)
+    if ns is None:
+        counter = f"{_ROOT}/{layout.name}/incarnation"
+        try:
+            number = int(store.add(counter, 0))
+        except RuntimeError as err:
+            raise _lost_store(err, layout, what) from err
+        ns = Namespace(f"{_ROOT}/{layout.name}/{number}/", number, counter)
+        scope.namespaces[layout.name] = ns
+    return ns
+
+
 def check_in(
     layout: GroupLayout,
     *,
@@ -187,6 +257,8 @@ def check_in(
     timeout: float | None,
     what: str,
     fix: str,
+    epoch: int = 0,
+    version: int | None = None,
     store: Any | None = None,
     scope: Scope | None = None,
 ) -> Ticket:
@@ -201,53 +273,169 @@ def check_in(
         timeout: Seconds to wait for the other ranks; ``None`` waits forever.
         what: Names the operation in errors, e.g. ``"VarlenAUROC.compute()"``.
         fix: What the user should do when ranks are missing.
+        epoch: How many times the metric was reset (the same on every rank in the same epoch).
+        version: A number that changes whenever this rank's states change within the epoch (its update count);
+            ``None``: every call syncs new states.
         store: The store (default: the default process group's); for simulations of many ranks in one process.
         scope: The per-process counters (default: those of the default process group); for simulations too.
 
     Raises:
         MetricSyncError: On every rank that arrived, if some rank did not arrive within ``timeout`` seconds (naming
-            it), or if the ranks' signatures differ (naming the fields that differ and each rank's value).
+            it), or if the ranks' signatures differ (naming the fields that differ and each rank's value); on a rank
+            that arrived after the others gave up on this sync and moved on, or that calls again on states the
+            others do not sync again (saying so).
     """
     release_finished()  # the works of earlier syncs: their backend threads are done with them
     scope = scope or _scope()
     store = store or _store()
+    ns = _namespace(scope, store, layout, what)
     key = (layout.name, identity)
-    skipped: list[int] = []
+    place = _first_place(scope.places.get(key), epoch, version, layout, what, store, f"{ns.prefix}{identity}/")
+    late = False  # this rank found the sync it came for abandoned by the others
+    late_by: float | None = None  # how long before they had given up, when they said
     started = time.monotonic()
     while True:
-        seq = scope.sequences.get(key, 0)
-        scope.sequences[key] = seq + 1
-        ticket = Ticket(layout, store, identity, f"{_ROOT}/{layout.name}/{identity}/{seq}/", timeout, what, fix)
+        scope.places[key] = place
+        ticket = Ticket(layout, store, identity, f"{ns.prefix}{identity}/{place.tag}/", timeout, what, fix)
         first = ticket.store_op(store.compare_set, ticket.prefix + "sig", "", signature)
         same = first == signature.encode()
         arrival = int(ticket.store_op(store.add, ticket.prefix + "n", 1 if same else 1 + _MISMATCH))
         if arrival < _ABORT:
             break
-        skipped.append(seq)  # abandoned before this rank arrived; the others have moved on to a later sequence
-    collect = 0  # the first rank to give up: how many ranks had arrived, to name the others for everyone
+        # Abandoned before this rank arrived: the others gave up on these states. Where they went decides.
+        if not late:
+            late, late_by = True, _abandoned_since(ticket)
+        if _moved_on(ticket, ns, place):
+            _raise_left_behind(ticket, late, late_by, timeout)
+        place = place.again()  # they may sync these very states again (a call repeated after an error)
+    # A rank that came late, or syncs the same states again, or a second version in one epoch, is one that may wait
+    # for ranks that have moved on: it watches where they would go next, and gives up as soon as they are there.
+    watch = ns if late or place.attempt or place.state else None
+    collect, left_behind = 0, False  # collect: see _give_up
     if arrival & _COUNT == layout.world:
         decision = _GO if arrival < _MISMATCH else _DIFFERS
+        if not ns.moved:  # the incarnation's first complete sync: the group's next incarnation gets a new number
+            ticket.store_op(store.compare_set, ns.counter, str(ns.number), str(ns.number + 1))
         ticket.store_op(store.set, ticket.prefix + "d", decision)
     else:
         left = None if timeout is None else timeout - (time.monotonic() - started)
-        if not ticket.wait_keys(["d"], left):
-            after = int(ticket.store_op(store.add, ticket.prefix + "n", _ABORT))
-            if after & _COUNT >= layout.world:
-                ticket.wait_keys(["d"], _ERROR_PATH_WAIT)  # the last rank arrived just now: "go" is on its way
-            else:
-                ticket.store_op(store.compare_set, ticket.prefix + "d", "", _ABANDON)
-                collect = after & _COUNT if after < 2 * _ABORT else 0
+        if not _wait_decision(ticket, left, watch, place):
+            left_behind = watch is not None and _moved_on(ticket, watch, place)
+            collect = _give_up(ticket)
+            left_behind = left_behind and collect >= 0
         decision = ticket.store_op(store.get, ticket.prefix + "d").decode()
+    if decision in (_GO, _DIFFERS):
+        ns.moved = True
     if decision == _GO:
         _forget_previous(ticket, scope)
         return ticket
     if decision == _DIFFERS:
         _raise_mismatch(ticket, record)
-    _raise_missing(ticket, arrival & _COUNT, collect, skipped)
+    if left_behind or decision.startswith(_MOVED):
+        _raise_left_behind(ticket, late, late_by, timeout)
+    _raise_missing(ticket, arrival & _COUNT, max(collect, 0), late, late_by)
     raise AssertionError  # pragma: no cover - both raise
 
 
-def _raise_missing(ticket: Ticket, arrived_as: int, collect: int, skipped: list[int]) -> None:
+def _first_place(
+    last: Place | None, epoch: int, version: int | None, layout: GroupLayout, what: str, store: Any, base: str
+) -> Place:
+    """Where this sync starts. A rank that never synced in the previous epoch also marks that epoch's first sync
+    ``moved``: a rank waiting there learns at once that it will never come (it cannot complete any more).
+    """
+    if epoch and (last is None or last.epoch < epoch - 1):
+        try:
+            store.compare_set(f"{base}{epoch - 1}.0.0/d", "", f"{_MOVED} {layout.rank}")
+        except RuntimeError as err:
+            raise _lost_store(err, layout, what) from err
+    return Place(epoch, version, 0, 0) if last is None else last.after(epoch, version)
+
+
+def _give_up(ticket: Ticket) -> int:
+    """Stop waiting: add this rank's abort to the counter, and unless the count completed just before, abandon the
+    sync. Returns -1 if the count completed (the decision is on its way), else how many ranks had arrived if this
+    rank is the first to give up (it names the missing ranks for everyone), else 0.
+    """
+    store, world = ticket.store, ticket.layout.world
+    after = int(ticket.store_op(store.add, ticket.prefix + "n", _ABORT))
+    if after & _COUNT >= world:
+        ticket.wait_keys(["d"], _ERROR_PATH_WAIT)  # the last rank arrived just now: "go" is on its way
+        return -1
+    ticket.store_op(store.compare_set, ticket.prefix + "d", "", f"{_ABANDON} {time.time():.3f}")
+    return after & _COUNT if after < 2 * _ABORT else 0
+
+
+def _wait_decision(ticket: Ticket, seconds: float | None, watch: Namespace | None, place: Place) -> bool:
+    """Wait for the sync's decision; a watching rank also gives up once the others are at a later place."""
+    if watch is None:
+        return ticket.wait_keys(["d"], seconds)
+    deadline = None if seconds is None else time.monotonic() + seconds
+    decision = [ticket.prefix + "d"]
+    while True:
+        if ticket.store_op(ticket.store.check, decision):
+            return True
+        if _moved_on(ticket, watch, place):
+            return False
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(_WATCH_PERIOD)
+
+
+def _moved_on(ticket: Ticket, ns: Namespace, place: Place) -> bool:
+    """Whether some rank checked in at a later place of this metric: new states in this epoch, or the next epoch."""
+    base = f"{ns.prefix}{ticket.identity}/"
+    return any(ticket.store_op(ticket.store.check, [f"{base}{tag}/sig"]) for tag in place.later())
+
+
+def _abandoned_since(ticket: Ticket) -> float | None:
+    """Seconds since the ranks of an abandoned sync gave up on it (from the wall clock the first of them wrote)."""
+    if not ticket.wait_keys(["d"], _ERROR_PATH_WAIT):
+        return None
+    parts = ticket.get("d").decode().split()
+    if len(parts) != 2 or parts[0] != _ABANDON:
+        return None
+    return max(0.0, time.time() - float(parts[1]))
+
+
+def _raise_left_behind(ticket: Ticket, late: bool, late_by: float | None, timeout: float | None) -> None:
+    """Raise on a rank whose states the other ranks will not sync: they moved on to later states or a new epoch."""
+    me = ticket.layout.describe(ticket.layout.rank)
+    limit = "sync_timeout=None" if timeout is None else f"sync_timeout={timeout:g} s"
+    if late:
+        how = "" if late_by is None else f"{late_by:.1f} s late, "
+        msg = (
+            f"{ticket.what} on {me} arrived after the other ranks had stopped waiting ({how}{limit}), so that"
+            f" sync of {ticket.identity!r} was abandoned, and they have moved on (reset(), or new updates and a"
+            " later compute()): this rank was late, or the others called compute() earlier (in the middle of the"
+            " epoch). Its states cannot be combined with theirs: nothing was exchanged, and its states were left"
+            " as they were. Keep sync_timeout above the drift between your ranks; the next compute() that every"
+            " rank calls on the same epoch is exact again."
+        )
+    elif ticket.prefix.endswith(".0.0/"):
+        msg = (
+            f"{ticket.what} on {me} waited at the sync of {ticket.identity!r}, but another rank reset the metric and"
+            " synced in the next epoch without calling compute() in this one. Nothing was exchanged, and its states"
+            f" were left as they were. {ticket.fix}"
+        )
+    elif ticket.prefix.endswith(".0/"):
+        msg = (
+            f"{ticket.what} on {me} synced a second time in this epoch (a compute() after new updates), but the other"
+            f" ranks have moved on to a later sync of {ticket.identity!r} (the next epoch, or later states): this"
+            " rank called compute() more often in this epoch than they did (e.g. in the middle of the epoch, on"
+            " some ranks only). Nothing was exchanged, and its states were left as they were. Call compute() at the"
+            " same points on every rank."
+        )
+    else:
+        msg = (
+            f"{ticket.what} on {me} was called again on the same states (with compute_with_cache=False, or after an"
+            f" error, every call syncs), but the other ranks have moved on to a later sync of {ticket.identity!r}"
+            " (reset(), or new updates and a later compute()). Nothing was exchanged, and its states were left as"
+            " they were. Call compute() the same number of times on every rank."
+        )
+    raise MetricSyncError(msg)
+
+
+def _raise_missing(ticket: Ticket, arrived_as: int, collect: int, late: bool, late_by: float | None) -> None:
     """Raise on a rank that took part in an abandoned sync, naming the ranks that never arrived.
 
     Each such rank writes its arrival slot; the first rank that gave up (``collect``: how many had arrived by then)
@@ -271,11 +459,13 @@ def _raise_missing(ticket: Ticket, arrived_as: int, collect: int, skipped: list[
     me = layout.describe(layout.rank)
     absent = layout.describe_all(missing_ranks) if missing_ranks else "some rank"
     timeout = ticket.timeout
-    if skipped:
+    if late:
+        how = "" if late_by is None else f"{late_by:.1f} s late, "
         msg = (
-            f"{ticket.what} on {me} arrived after the other ranks had stopped waiting (sync_timeout={timeout:g} s),"
-            f" so that sync of {ticket.identity!r} was abandoned on every rank. It waited {timeout:g} s for them at"
-            f" the next sync, but {absent} never arrived. {ticket.fix}"
+            f"{ticket.what} on {me} arrived after the other ranks had stopped waiting"
+            f" ({how}sync_timeout={timeout:g} s), so that sync of {ticket.identity!r} was abandoned on every rank. It"
+            f" waited for them to sync the same states again, but {absent} never arrived. Its states were left as"
+            f" they were. {ticket.fix}"
         )
     else:
         msg = (

@@ -1,43 +1,35 @@
-"""Sharded exact compute: a sample sort over ``all_to_all``, so that no rank ever holds every prediction.
+"""Transport of the sharded compute: a sample sort over ``all_to_all``, so that no rank ever holds every prediction.
 
-Per binary problem, after the usual check-in:
+This module moves rows and knows no metric math: the caller (``classification/_sharded.py``) passes each problem's
+samples in as a :class:`SortedColumn` (its own sort, keys and counts) and does the per-range math on the
+:class:`Range` it gets back. Per binary problem, after the usual check-in:
 
-1. every rank sorts its own scores and all-gathers a fixed number of evenly spaced samples of them (with its count);
+1. every rank sorts its own samples (the column) and all-gathers a fixed number of evenly spaced samples of their
+   scores (with its count);
 2. every rank picks the same ``W - 1`` splitters (weighted quantiles of the samples): rank ``r`` will own the scores
    in ``[s_r, s_{r+1})``, so all copies of one score land on one rank;
-3. every rank all-gathers how many samples (and positives) it sends to each rank: the ``W x W`` matrix gives every
-   rank the totals and how many samples / positives lie below its range;
-4. one ``all_to_all_single`` moves the (already sorted, hence contiguous) keys to their owners, which merge them;
-5. each rank streams the AUROC / AP sums over its range (:func:`~torchmetrics_varlen.functional._ranking.rank_sums`
-   with the offsets of step 3) and the ``W`` partial sums are all-gathered and added in rank order.
+3. every rank all-gathers how many rows it sends to each rank, with the column's tallies per slice (positives): the
+   ``W x W`` matrix gives every rank the totals and how many rows / positives lie below its range;
+4. one ``all_to_all_single`` per moved tensor sends the (already sorted, hence contiguous) rows to their owners;
+5. the caller sums over its range (with the offsets of step 3) and all-gathers the ``W`` partial sums.
 
-The area is an exact integer, so AUROC is the single-process value bit for bit; AP is a float64 sum taken in a
-different order (relative difference ~1e-16). Duplicate ids are first routed to ``id % W`` with one more
-``all_to_all``, so every copy of a sample meets its twins on one rank. Data stays on the communication device
-(CUDA for NCCL); the store-based check-in runs before, as for every sync.
+Duplicate ids are first routed to ``id % W`` with one more ``all_to_all`` (:func:`route_rows_by_id`), so every copy
+of a sample meets its twins on one rank. Data stays on the communication device (CUDA for NCCL); the store-based
+check-in runs before, as for every sync.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from torchmetrics_varlen._dist.exchange import all_gather_fixed, wait
 from torchmetrics_varlen._dist.guard import Ticket
-from torchmetrics_varlen.functional._ranking import RankSums, combine, rank_sums
-from torchmetrics_varlen.functional._sort import (
-    Column,
-    SortedKeys,
-    ascending_counts,
-    count_positives,
-    decode,
-    encode,
-    packable,
-    sort_keys_,
-)
+from torchmetrics_varlen._dist.transport import all_gather_fixed, wait
 
 
 class Shard:
@@ -130,77 +122,61 @@ def _splitters(gathered: Tensor, world: int) -> Tensor:
     return value[at]
 
 
-def _positives_per_slice(labels: Tensor, edges: list[int]) -> list[int]:
-    return [int(torch.count_nonzero(labels[a:b])) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+class SortedColumn(Protocol):
+    """One rank's samples of one problem, sorted by score: what the caller's math gives the sample sort."""
+
+    rows: int
+    device: torch.device
+
+    def samples(self, at: Tensor) -> Tensor:
+        """The scores at the sorted positions ``at`` (the splitters' candidates)."""
+        ...
+
+    def edges(self, splitters: Tensor) -> list[int]:
+        """``[0, ..., rows]``: where each of the ``W`` slices (scores below each splitter, then above) begins."""
+        ...
+
+    def tallies(self, edges: list[int]) -> list[int]:
+        """Integers per slice that travel with the row counts (e.g. positives), the same length on every rank."""
+        ...
+
+    def take(self) -> list[Tensor]:
+        """The sorted tensors to move, aligned by row; the column lets go of them (moved one at a time)."""
+        ...
 
 
-def sharded_sums(
-    shard: Shard,
-    scores: Tensor | list[Tensor],
-    labels: Tensor | list[Tensor],
-    *,
-    area: bool,
-    ap: bool,
-    compact: bool = False,
-) -> RankSums:
-    """Global :class:`RankSums` of one binary problem whose samples are spread over the ranks (every rank calls).
-
-    ``scores`` (1-D floats, the dtype agreed by every rank) and ``labels`` (bool) are this rank's samples, or lists
-    of pieces of them (stored batches: encoded straight into the keys, never concatenated). ``compact`` (compact
-    keys, see ``_sort``) must be the same on every rank, and only ``True`` if every rank's scores fit.
+@dataclass(frozen=True)
+class Range:
+    """What the sample sort gives one rank: its range of each moved tensor (the ``W`` sorted runs in rank order)
+    and the ``W x (W + W * k)`` matrix of rows, then tallies, that every rank sent to every rank.
     """
+
+    moved: list[Tensor]
+    matrix: Tensor
+    rank: int
+    world: int
+
+    def per_range(self, tally: int | None = None) -> list[int]:
+        """Rows (or, with ``tally``, that tally) of every rank's range, in rank order."""
+        at = 0 if tally is None else self.world * (1 + tally)
+        return self.matrix[:, at : at + self.world].sum(0).tolist()
+
+
+def sample_sort(shard: Shard, column: SortedColumn) -> Range:
+    """Move every rank's sorted rows of one problem to the rank that owns their score range (every rank calls)."""
     world, rank = shard.world, shard.rank
     per_rank = _samples_per_rank(world)
-    keys: Tensor | None = None
-    pieces = [scores] if isinstance(scores, Tensor) else scores
-    dtype, device = pieces[0].dtype, pieces[0].device
-    n = sum(p.numel() for p in pieces)
-    at = _sample_at(n, per_rank, device)
-    if packable(dtype):
-        keys = sort_keys_(encode(scores, labels, compact))
-        local_sample = _sample(n, decode(keys[at].bitwise_right_shift(1), dtype, compact), per_rank)
-    else:
-        scores = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
-        labels = labels if isinstance(labels, Tensor) else torch.cat(labels)
-        sorted_scores, order = torch.sort(scores)
-        sorted_labels = labels[order]
-        del order
-        local_sample = _sample(n, sorted_scores[at], per_rank)
-    splitters = _splitters(shard.all_gather(local_sample), world)
-    if keys is not None:
-        bounds = encode(splitters.to(dtype), torch.zeros_like(splitters, dtype=torch.bool), compact)
-        edges = [0, *torch.searchsorted(keys, bounds).tolist(), n]
-        sent_pos = [count_positives(keys[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
-    else:
-        edges = [0, *torch.searchsorted(sorted_scores, splitters.to(dtype)).tolist(), n]
-        sent_pos = _positives_per_slice(sorted_labels, edges)
+    n = column.rows
+    at = _sample_at(n, per_rank, column.device)
+    splitters = _splitters(shard.all_gather(_sample(n, column.samples(at), per_rank)), world)
+    edges = column.edges(splitters)
     sent = [b - a for a, b in zip(edges[:-1], edges[1:], strict=True)]
-    matrix = shard.all_gather(torch.tensor(sent + sent_pos, dtype=torch.int64, device=shard.device))
-    per_range, pos_per_range = matrix[:, :world].sum(0).tolist(), matrix[:, world:].sum(0).tolist()
+    matrix = shard.all_gather(torch.tensor(sent + column.tallies(edges), dtype=torch.int64, device=shard.device))
     recv_rows = matrix[:, rank].tolist()
-    col: Column
-    if keys is not None:
-        mine = shard.all_to_all(keys, sent, recv_rows)
-        del keys
-        # W sorted runs: a merge (NumPy's stable sort) on CPU.
-        col = SortedKeys(sort_keys_(mine, runs=True), dtype, pos_per_range[rank], compact)
-    else:
-        mine_scores = shard.all_to_all(sorted_scores, sent, recv_rows)
-        mine_labels = shard.all_to_all(sorted_labels.to(torch.uint8), sent, recv_rows)
-        del sorted_scores, sorted_labels
-        col = ascending_counts(mine_scores, mine_labels.to(torch.bool))
-    part = rank_sums(
-        col,
-        area=area,
-        ap=ap,
-        pos_before=sum(pos_per_range[:rank]),
-        all_before=sum(per_range[:rank]),
-        totals=(sum(pos_per_range), sum(per_range)),
-    )
-    packed = torch.tensor([part.n_pos, part.n_all, part.twice_area], dtype=torch.int64)
-    ap_bits = torch.tensor([part.ap_sum], dtype=torch.float64).view(torch.int64)
-    parts = shard.all_gather(torch.cat([packed, ap_bits]).to(shard.device)).cpu()
-    return combine([RankSums(int(p[0]), int(p[1]), int(p[2]), float(p[3:4].view(torch.float64))) for p in parts])
+    sources, moved = column.take(), []
+    while sources:
+        moved.append(shard.all_to_all(sources.pop(0), sent, recv_rows))
+    return Range(moved, matrix, rank, world)
 
 
 def route_rows_by_id(shard: Shard, rows: dict[str, Tensor], ids: Tensor) -> dict[str, Tensor]:

@@ -28,7 +28,7 @@ def keep(work: Any) -> Any:
     """Keep ``work`` (a ``torch.distributed`` work object) until a later sync finds it completed; return it.
 
     A work is kept once, however often it is passed: a sync keeps the works it starts together (so that those left
-    unwaited after one fails are kept too), and :func:`~torchmetrics_varlen._dist.exchange.wait` keeps every work it
+    unwaited after one fails are kept too), and :func:`~torchmetrics_varlen._dist.transport.wait` keeps every work it
     waits for.
     """
     if work is not None:

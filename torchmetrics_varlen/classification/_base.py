@@ -1,8 +1,8 @@
-"""The state handling, dedup and synchronisation shared by every metric of the package.
+"""The state handling shared by every metric of the package; how it syncs and computes is its compute strategy.
 
 A metric keeps one row per sample in list states (exact mode) or a summed state (binned, 16-bit): its ``Mode``.
 ``update`` validates, drops sampler padding (the ledger, ``_ledger.py``), formats and appends (or adds); ``compute``
-runs after one guarded sync, drops duplicate ids and hands the counted problems to the functional core.
+runs after one guarded sync, through the strategy chosen in the constructor (``_strategy.py``, ``_sync.py``).
 
 The constructor keywords of the synchronisation (``dataset_size``, ``sync_timeout``, ``compute_on_rank``,
 ``compute_sharded``, ``sync_key``) are declared here only; the public classes pass them through ``**kwargs``.
@@ -11,43 +11,19 @@ No ``from __future__ import annotations`` here: ``torch.jit.script(metric)`` rea
 ``_VarlenMetric`` to type the module's attributes, and TorchScript cannot resolve annotations kept as strings.
 """
 
-from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import (
-    SCALAR_AVERAGES,
-    TASKS,
-    Average,
-    Normalization,
-    Thresholds,
-    validate_compute_on_rank,
-    validate_metric_args,
-)
-from torchmetrics_varlen._dedup import SyncReport, dedup_by_id
-from torchmetrics_varlen._dist.exchange import CheckedIn
-from torchmetrics_varlen._dist.group import distributed_available as group_initialised
-from torchmetrics_varlen._dist.group import group_position
-from torchmetrics_varlen._intake import add_states, empty_rows, stored_dedup_mode, stored_weight_mode, take_batch
-from torchmetrics_varlen._ledger import Ledger, host_counters, warning_compute
-from torchmetrics_varlen.classification._sharded import compute_sharded, compute_sharded_weighted
-from torchmetrics_varlen.classification._sync import _COUNTERS, SHARED_SYNCS, _SyncedMetric
-from torchmetrics_varlen.functional._count import (
-    Mode,
-    Problem,
-    counted_problems,
-    threshold_tensor,
-)
-from torchmetrics_varlen.functional._reduce import RankStatistic, reduce_sums
-from torchmetrics_varlen.functional._sort import fits_compact
+from torchmetrics_varlen._checks import SCALAR_AVERAGES, TASKS, Average, Normalization, Thresholds, validate_metric_args
+from torchmetrics_varlen._dedup import SyncReport
+from torchmetrics_varlen._intake import stored_dedup_mode, stored_weight_mode, take_batch
+from torchmetrics_varlen._ledger import Ledger, host_counters
+from torchmetrics_varlen.classification._sync import _COUNTERS, SHARED_SYNCS, _SyncedMetric, choose_strategy
+from torchmetrics_varlen.functional._count import Mode, threshold_tensor
+from torchmetrics_varlen.functional._reduce import RankStatistic
 from torchmetrics_varlen.functional._tasks import Split
-from torchmetrics_varlen.functional._weighted import (
-    WeightedProblem,
-    reduce_weighted_sums,
-    weighted_problems,
-)
 
 _PLAIN = frozenset(("_computed", "_update_count", "_forward_cache"))  # plain attributes torchmetrics sets per update
 
@@ -136,7 +112,10 @@ class _VarlenMetric(_SyncedMetric):
         self._width: int = (num_classes if task == "multiclass" else num_labels) or 1
         thr = threshold_tensor(thresholds)
         self.register_buffer("thresholds", thr, persistent=False)
-        add_states(self, _COUNTERS)
+        self._compute = choose_strategy(self.mode, compute_on_rank, compute_sharded)  # how it syncs and computes
+        self._compute.add_states(self, row_extras, 0 if thr is None else thr.numel())
+        for name in _COUNTERS:
+            self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         thr_config = thr.tolist() if thr is not None else (str(self.mode.dtype) if self.mode.dtype else None)
         self._config: dict[str, Any] = {"metric": type(self).__name__, **settings, "thresholds": thr_config}
         self._config.update(config or {})
@@ -199,90 +178,6 @@ class _VarlenMetric(_SyncedMetric):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         if any(self._ledger.counts(self)) and not self._update_count:
             self._update_count = 1  # loaded states are updates: compute() must not warn that none happened
-
-    def _wrap_compute(self, compute: Callable[..., Any]) -> Callable[..., Any]:
-        return warning_compute(self, super()._wrap_compute(compute))
-
-    # ------------------------------------------------------------------ compute
-
-    def sync(
-        self,
-        dist_sync_fn: Any = None,
-        process_group: Any | None = None,
-        should_sync: bool = True,
-        distributed_available: Any = None,
-    ) -> None:
-        """Torchmetrics' ``sync`` (every ``compute()`` comes here), after checking ``compute_on_rank``."""
-        _, world = group_position(process_group or self.process_group)
-        validate_compute_on_rank(self.compute_on_rank, world, group_initialised(), type(self).__name__)
-        super().sync(dist_sync_fn, process_group, should_sync, distributed_available)
-
-    def _pieces(self, name: str) -> list[Tensor]:
-        """The stored batches of state ``name`` (one empty piece if none), for packing without a concatenation."""
-        state = getattr(self, name)
-        pieces = [state] if isinstance(state, Tensor) else list(state)
-        if not pieces and name == "weight":
-            return [torch.zeros(0, dtype=torch.float64, device=self.num_samples.device)]
-        return pieces or [empty_rows(name, self.task, self._width, self.num_samples.device)]
-
-    def _evaluated(self) -> dict[str, list[Tensor]]:
-        """The rows to evaluate, per state: the stored pieces, or in id mode the deduplicated rows ordered by id (one
-        piece); fills ``sync_report``.
-        """
-        weighted = self._weight_mode() == "weights"
-        names = ("preds", "target", *(n for n in self._row_extras if n != "weight" or weighted))
-        if self._dedup_mode() != "ids":
-            self._report(None)
-            return {name: self._pieces(name) for name in names}
-        rows = {name: torch.cat(self._pieces(name)) for name in (*names, "ids", "ids_sub")}
-        keep = dedup_by_id(rows["ids"], rows["ids_sub"], rows["target"], rows["preds"])
-        kept_ids = rows["ids"][keep]
-        self._report(int(kept_ids.numel() and 1 + torch.count_nonzero(kept_ids[1:] != kept_ids[:-1])))
-        return {name: [rows[name][keep]] for name in names}
-
-    def _weighted_problems(self) -> list[WeightedProblem] | None:
-        """Every binary problem with float64 sums of weights if the epoch is weighted (``None`` otherwise)."""
-        if self._weight_mode() != "weights":
-            return None
-        if self._summed is not None:
-            self._report(None)
-            return cast(list[WeightedProblem], self._problems(with_scores=True))
-        rows = {name: torch.cat(pieces) for name, pieces in self._evaluated().items()}
-        split = self._split
-        return weighted_problems(self.mode, rows["preds"], rows["target"], rows["weight"], split, None)
-
-    def _problems(self, with_scores: bool) -> list[Problem]:
-        """Every binary problem of what every rank evaluated, ordered and counted in the metric's mode."""
-        if self._summed is None:
-            rows = self._evaluated()
-            return counted_problems(self.mode, (rows["preds"], rows["target"]), self._split, None, with_scores)
-        self._report(None)
-        return counted_problems(self.mode, getattr(self, self._summed), self._split, self.thresholds, with_scores)
-
-    def _report(self, kept_samples: int | None, info: list[dict[str, int]] | None = None) -> None:
-        """Fill ``sync_report``; ``info`` (every rank's counters) when the caller synced them itself."""
-        if self._in_forward:
-            return
-        synced = self._is_synced or info is not None
-        if info is None and self._is_synced and self._synced_info:
-            info = self._synced_info
-        self.sync_report = self._ledger.report(self, info, kept_samples, synced=synced)
-
-    def _local_info(self) -> dict[str, int]:
-        info = self._ledger.info(self)
-        if self.compute_sharded:
-            # Compact sort keys only if every rank's scores fit: the keys of all ranks meet in one all-to-all.
-            info["compact"] = int(fits_compact(self._pieces("preds")))
-        return info
-
-    def _compute_sharded(self, checked: CheckedIn) -> Tensor:
-        """``compute_sharded=True`` (scalar statistics only): see ``_sharded.py``."""
-        assert self._statistic is not None
-        if any(r.modes.get("weights") == "weights" for r in checked.ranks):
-            weighted = compute_sharded_weighted(self, checked)
-            return reduce_weighted_sums(weighted, self._split, self._statistic.name, self.num_samples.device)
-        sums = compute_sharded(self, checked, self._statistic.needs)
-        return reduce_sums(sums, self._split, self._statistic, self.num_samples.device)
 
 
 class _RankingMetric(_VarlenMetric):

@@ -1,50 +1,83 @@
-"""``compute_sharded=True``: every rank keeps one range of the scores and sums its part (see ``_dist/shard.py``).
+"""The sharded strategy (``compute_sharded=True``): every rank keeps one range of the scores and sums its part.
 
 Only scalar statistics that reduce to per-range :class:`~torchmetrics_varlen.functional._ranking.RankSums` (AUROC,
 average precision) compute this way; the metric reduces the global sums like any other (``_reduce.reduce_sums``).
+The rows move in a sample sort (``_dist/shard.py``, transport only); the per-range math is this module's: the
+columns it sorts and moves (:class:`_KeyColumn`, :class:`_ScoreColumn`, :class:`_WeightedColumn`) and the sums over
+the range each rank receives.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from torchmetrics_varlen._dedup import dedup_by_id
-from torchmetrics_varlen._dist.exchange import CheckedIn
+from torchmetrics_varlen._dist.exchange import INFO_COMPACT, CheckedIn, Info, SyncRequest, check_in_states
 from torchmetrics_varlen._dist.group import comm_device
-from torchmetrics_varlen._dist.shard import (
-    Shard,
-    _sample,
-    _sample_at,
-    _samples_per_rank,
-    _splitters,
-    route_rows_by_id,
-    sharded_sums,
-)
+from torchmetrics_varlen._dist.shard import Shard, route_rows_by_id, sample_sort
+from torchmetrics_varlen.classification._strategy import Compute, ComputeStrategy, Host
 from torchmetrics_varlen.functional._count import Pieces, split_rows
-from torchmetrics_varlen.functional._ranking import RankSums
-from torchmetrics_varlen.functional._reduce import SumsNeeded
+from torchmetrics_varlen.functional._ranking import RankSums, combine, rank_sums
+from torchmetrics_varlen.functional._reduce import SumsNeeded, reduce_sums
+from torchmetrics_varlen.functional._sort import (
+    Column,
+    SortedKeys,
+    ascending_counts,
+    count_positives,
+    decode,
+    encode,
+    fits_compact,
+    packable,
+    sort_keys_,
+)
 from torchmetrics_varlen.functional._tasks import Split
 from torchmetrics_varlen.functional._weighted import (
     WeightedRankSums,
     combine_weighted,
+    reduce_weighted_sums,
     weighted_counts,
     weighted_rank_sums,
 )
 from torchmetrics_varlen.functional._weighted import _split as weighted_columns
 
-if TYPE_CHECKING:
-    from torchmetrics_varlen.classification._base import _VarlenMetric
+
+class Sharded(ComputeStrategy):
+    """No row moves at the sync (a check-in only); the computation is spread over the ranks (module docstring)."""
+
+    joins_collection_sync = False
+
+    def info(self, host: Host) -> Info:
+        """Plus whether compact sort keys fit this rank's scores: the keys of all ranks meet in one all-to-all."""
+        return {**super().info(host), INFO_COMPACT: int(fits_compact(host._pieces("preds")))}
+
+    def exchange(self, host: Host, request: SyncRequest, guarded: Any) -> None:
+        """The check-in and the metadata all-gather only: the rows stay where they are until the compute."""
+        payload = self.payload(host)
+        host._checked = check_in_states(
+            request, payload.cat, {}, device=payload.device, info=payload.info, modes=payload.modes, pack=False
+        )
+        host._synced_info = host._checked.info
+
+    def compute(self, host: Host, checked: CheckedIn, compute: Compute, *args: Any, **kwargs: Any) -> Tensor:
+        """The metric's statistic from the global sums of every binary problem (every rank calls)."""
+        statistic = host._statistic
+        assert statistic is not None
+        if any(r.modes.get("weights") == "weights" for r in checked.ranks):
+            weighted = compute_sharded_weighted(host, checked)
+            return reduce_weighted_sums(weighted, host._split, statistic.name, host.num_samples.device)
+        sums = compute_sharded(host, checked, statistic.needs)
+        return reduce_sums(sums, host._split, statistic, host.num_samples.device)
 
 
-def compute_sharded(metric: _VarlenMetric, checked: CheckedIn, needs: SumsNeeded) -> list[RankSums]:
+def compute_sharded(metric: Host, checked: CheckedIn, needs: SumsNeeded) -> list[RankSums]:
     """The global sums of every binary problem of ``metric`` (every rank calls; fills its ``sync_report``)."""
-    compact = all(i["compact"] for i in checked.info)
+    compact = all(i[INFO_COMPACT] for i in checked.info)
     comm = comm_device(checked.ticket.layout.group, metric.num_samples.device)
     shard = Shard(checked.ticket, comm)
-    dtype = checked.layouts["preds"][0]
+    dtype = checked.layouts["preds"].dtype
     kept = None
     preds: Pieces
     target: Pieces
@@ -69,7 +102,7 @@ def compute_sharded(metric: _VarlenMetric, checked: CheckedIn, needs: SumsNeeded
     return sums
 
 
-def compute_sharded_weighted(metric: _VarlenMetric, checked: CheckedIn) -> list[WeightedRankSums]:
+def compute_sharded_weighted(metric: Host, checked: CheckedIn) -> list[WeightedRankSums]:
     """As :func:`compute_sharded` with sample weights: the global weighted sums of every binary problem.
 
     The weights travel with the scores (a third column of the all-to-all); each rank counts its range of scores
@@ -78,7 +111,7 @@ def compute_sharded_weighted(metric: _VarlenMetric, checked: CheckedIn) -> list[
     """
     comm = comm_device(checked.ticket.layout.group, metric.num_samples.device)
     shard = Shard(checked.ticket, comm)
-    dtype = checked.layouts["preds"][0]
+    dtype = checked.layouts["preds"].dtype
     kept = None
     names = ("preds", "target", "weight")
     rows = {name: torch.cat(metric._pieces(name)).to(comm) for name in names}
@@ -97,21 +130,9 @@ def compute_sharded_weighted(metric: _VarlenMetric, checked: CheckedIn) -> list[
 
 def _weighted_range_sums(shard: Shard, scores: Tensor, positives: Tensor, weight: Tensor) -> WeightedRankSums:
     """Global :class:`WeightedRankSums` of one weighted binary problem spread over the ranks (every rank calls)."""
-    world, rank = shard.world, shard.rank
-    n = scores.numel()
-    sorted_scores, order = torch.sort(scores)
-    sorted_pos, sorted_w = positives[order], weight[order].to(torch.float64)
-    del order
-    per_rank = _samples_per_rank(world)
-    at = _sample_at(n, per_rank, scores.device)
-    splitters = _splitters(shard.all_gather(_sample(n, sorted_scores[at], per_rank)), world)
-    edges = [0, *torch.searchsorted(sorted_scores, splitters.to(scores.dtype)).tolist(), n]
-    sent = [b - a for a, b in zip(edges[:-1], edges[1:], strict=True)]
-    mine_scores, matrix = shard.route(sorted_scores, sent)
-    recv_rows = matrix[:, rank].tolist()
-    mine_pos = shard.all_to_all(sorted_pos.to(torch.uint8), sent, recv_rows).to(torch.bool)
-    mine_w = shard.all_to_all(sorted_w, sent, recv_rows)
-    counts = weighted_counts(mine_scores, mine_pos, mine_w, with_scores=False)
+    rank = shard.rank
+    mine_scores, mine_pos, mine_w = sample_sort(shard, _WeightedColumn(scores, positives, weight)).moved
+    counts = weighted_counts(mine_scores, mine_pos.to(torch.bool), mine_w, with_scores=False)
     w_pos = float(counts.pos_le[-1]) if counts.pos_le.numel() else 0.0
     w_all = float(counts.all_le[-1]) if counts.all_le.numel() else 0.0
     totals = shard.all_gather(torch.tensor([w_pos, w_all], dtype=torch.float64, device=shard.device)).cpu().tolist()
@@ -121,6 +142,122 @@ def _weighted_range_sums(shard: Shard, scores: Tensor, positives: Tensor, weight
     part = weighted_rank_sums(counts, pos_before=pos_before, all_before=all_before, totals=total)
     parts = shard.all_gather(torch.tensor(list(part), dtype=torch.float64, device=shard.device)).cpu().tolist()
     return combine_weighted([WeightedRankSums(*p) for p in parts])
+
+
+def sharded_sums(
+    shard: Shard,
+    scores: Tensor | list[Tensor],
+    labels: Tensor | list[Tensor],
+    *,
+    area: bool,
+    ap: bool,
+    compact: bool = False,
+) -> RankSums:
+    """Global :class:`RankSums` of one binary problem whose samples are spread over the ranks (every rank calls).
+
+    ``scores`` (1-D floats, the dtype agreed by every rank) and ``labels`` (bool) are this rank's samples, or lists
+    of pieces of them (stored batches: encoded straight into the keys, never concatenated). ``compact`` (compact
+    keys, see ``_sort``) must be the same on every rank, and only ``True`` if every rank's scores fit.
+    """
+    pieces = [scores] if isinstance(scores, Tensor) else scores
+    dtype = pieces[0].dtype
+    rank = shard.rank
+    if packable(dtype):
+        routed = sample_sort(shard, _KeyColumn(scores, labels, compact))
+        # W sorted runs: a merge (NumPy's stable sort) on CPU.
+        col: Column = SortedKeys(sort_keys_(routed.moved.pop(), runs=True), dtype, routed.per_range(0)[rank], compact)
+    else:
+        routed = sample_sort(shard, _ScoreColumn(scores, labels))
+        mine_scores, mine_labels = routed.moved
+        routed.moved.clear()
+        col = ascending_counts(mine_scores, mine_labels.to(torch.bool))
+        del mine_scores, mine_labels
+    per_range, pos_per_range = routed.per_range(), routed.per_range(0)
+    part = rank_sums(
+        col,
+        area=area,
+        ap=ap,
+        pos_before=sum(pos_per_range[:rank]),
+        all_before=sum(per_range[:rank]),
+        totals=(sum(pos_per_range), sum(per_range)),
+    )
+    packed = torch.tensor([part.n_pos, part.n_all, part.twice_area], dtype=torch.int64)
+    ap_bits = torch.tensor([part.ap_sum], dtype=torch.float64).view(torch.int64)
+    parts = shard.all_gather(torch.cat([packed, ap_bits]).to(shard.device)).cpu()
+    return combine([RankSums(int(p[0]), int(p[1]), int(p[2]), float(p[3:4].view(torch.float64))) for p in parts])
+
+
+class _KeyColumn:
+    """Scores and labels packed into sorted int64 keys (``_sort.py``): one tensor moves."""
+
+    def __init__(self, scores: Tensor | list[Tensor], labels: Tensor | list[Tensor], compact: bool) -> None:
+        pieces = [scores] if isinstance(scores, Tensor) else scores
+        self.dtype, self.device, self.compact = pieces[0].dtype, pieces[0].device, compact
+        self.rows = sum(p.numel() for p in pieces)
+        self.keys: Tensor | None = sort_keys_(encode(scores, labels, compact))
+
+    def samples(self, at: Tensor) -> Tensor:
+        assert self.keys is not None
+        return decode(self.keys[at].bitwise_right_shift(1), self.dtype, self.compact)
+
+    def edges(self, splitters: Tensor) -> list[int]:
+        assert self.keys is not None
+        bounds = encode(splitters.to(self.dtype), torch.zeros_like(splitters, dtype=torch.bool), self.compact)
+        return [0, *torch.searchsorted(self.keys, bounds).tolist(), self.rows]
+
+    def tallies(self, edges: list[int]) -> list[int]:
+        assert self.keys is not None
+        return [count_positives(self.keys[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+
+    def take(self) -> list[Tensor]:
+        assert self.keys is not None
+        keys, self.keys = self.keys, None
+        return [keys]
+
+
+class _ScoreColumn:
+    """Scores of a dtype that does not pack into keys (float64), sorted, and their labels: two tensors move."""
+
+    def __init__(self, scores: Tensor | list[Tensor], labels: Tensor | list[Tensor]) -> None:
+        pieces = [scores] if isinstance(scores, Tensor) else scores
+        scores = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
+        labels = labels if isinstance(labels, Tensor) else torch.cat(labels)
+        self.rows, self.device = scores.numel(), scores.device
+        self.scores, order = torch.sort(scores)
+        self.labels = labels[order]
+
+    def samples(self, at: Tensor) -> Tensor:
+        return self.scores[at]
+
+    def edges(self, splitters: Tensor) -> list[int]:
+        return [0, *torch.searchsorted(self.scores, splitters.to(self.scores.dtype)).tolist(), self.rows]
+
+    def tallies(self, edges: list[int]) -> list[int]:
+        return [int(torch.count_nonzero(self.labels[a:b])) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+
+    def take(self) -> list[Tensor]:
+        moved = [self.scores, self.labels.to(torch.uint8)]
+        del self.scores, self.labels
+        return moved
+
+
+class _WeightedColumn(_ScoreColumn):
+    """Weighted scores: the scores, their labels and their float64 weights move; no tallies (the weights are
+    summed over each range after the move).
+    """
+
+    def __init__(self, scores: Tensor, positives: Tensor, weight: Tensor) -> None:
+        self.rows, self.device = scores.numel(), scores.device
+        self.scores, order = torch.sort(scores)
+        self.labels, self.weight = positives[order], weight[order].to(torch.float64)
+
+    def tallies(self, edges: list[int]) -> list[int]:
+        return []
+
+    def take(self) -> list[Tensor]:
+        moved = [*super().take(), self.weight]
+        del self.weight
+        return moved
 
 
 def _dedup(shard: Shard, rows: dict[str, Tensor]) -> tuple[Tensor, int]:

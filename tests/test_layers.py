@@ -1,0 +1,90 @@
+"""The shape of the code: which layer may import which, no import circles, one compute strategy per metric."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+import torchmetrics_varlen
+from torchmetrics_varlen import VarlenAUROC, VarlenAveragePrecision, VarlenROC
+from torchmetrics_varlen.classification._sharded import Sharded
+from torchmetrics_varlen.classification._strategy import GatherToAll, GatherToOne, Summed
+
+PACKAGE = Path(torchmetrics_varlen.__file__).parent
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _imports(path: Path) -> set[str]:
+    """The package's modules that ``path`` imports, anywhere in the file (``TYPE_CHECKING`` blocks included)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("torchmetrics_varlen"):
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in MODULES else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("torchmetrics_varlen"))
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("torchmetrics_varlen._dist.")))
+def test_dist_knows_no_metric_math(module: str) -> None:
+    """``_dist`` is transport: it imports nothing from ``functional`` (the per-shard math is passed in) nor from the
+    metrics.
+    """
+    outside = {m for m in _imports(MODULES[module]) if not m.startswith("torchmetrics_varlen._dist")}
+    assert outside <= {"torchmetrics_varlen._compat"}, f"{module} imports {sorted(outside)}"
+
+
+def test_no_import_circle() -> None:
+    """The package's modules import each other without a circle (imports under ``TYPE_CHECKING`` count too)."""
+    graph = {m: {d for d in _imports(p) if d in MODULES} for m, p in MODULES.items()}
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            raise AssertionError(" -> ".join([*path[path.index(module) :], module]))
+        if module in done:
+            return
+        for dep in sorted(graph[module]):
+            visit(dep, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+
+
+@pytest.mark.parametrize(
+    ("make", "strategy", "joins"),
+    [
+        (lambda: VarlenAUROC(), GatherToAll, True),
+        (lambda: VarlenAUROC(compute_on_rank=1), GatherToOne, False),
+        (lambda: VarlenAveragePrecision(compute_sharded=True), Sharded, False),
+        (lambda: VarlenAUROC(thresholds=11), Summed, True),
+        (lambda: VarlenAUROC(thresholds=torch.float16), Summed, True),
+        (lambda: VarlenROC(thresholds=torch.bfloat16, compute_on_rank=0), Summed, False),
+    ],
+)
+def test_one_strategy_chosen_in_the_constructor(make: object, strategy: type, joins: bool) -> None:
+    """Each configuration gets its strategy object once; the sync seam asks it, never the flags."""
+    metric = make()  # type: ignore[operator]
+    assert type(metric._compute) is strategy
+    assert metric._joins_collection_sync() is joins
+    names = metric._compute.state_names(metric)
+    if strategy is Summed:
+        assert names == (metric.mode.state_name,)
+        assert metric._sync_payload().cat == {}
+    else:
+        assert names[:4] == ("preds", "target", "ids", "ids_sub")
+    if strategy is GatherToOne:
+        assert metric._sync_payload().dst == 1
