@@ -371,6 +371,7 @@ def _wait_decision(ticket: Ticket, seconds: float | None, watch: Namespace | Non
         return ticket.wait_keys(["d"], seconds)
     deadline = None if seconds is None else time.monotonic() + seconds
     decision = [ticket.prefix + "d"]
+    pause = 0.0005  # doubles up to _WATCH_PERIOD: a sync the others join soon costs little latency
     while True:
         if ticket.store_op(ticket.store.check, decision):
             return True
@@ -378,7 +379,8 @@ def _wait_decision(ticket: Ticket, seconds: float | None, watch: Namespace | Non
             return False
         if deadline is not None and time.monotonic() >= deadline:
             return False
-        time.sleep(_WATCH_PERIOD)
+        time.sleep(pause)
+        pause = min(2 * pause, _WATCH_PERIOD)
 
 
 def _moved_on(ticket: Ticket, ns: Namespace, place: Place) -> bool:
