@@ -51,6 +51,7 @@ _ABORT = 1 << 50  # ranks that stopped waiting: bits 50-62
 _GO, _DIFFERS, _ABANDON, _MOVED = "go", "mismatch", "abort", "moved"
 _FOREVER = 3600.0  # sync_timeout=None: wait in slices of an hour
 _ERROR_PATH_WAIT = 2.0  # seconds the error paths wait for the (live) ranks' keys
+_WATCH_GRACE = 1.0  # seconds a repeating rank that is not late waits like any other before it starts watching
 _WATCH_PERIOD = 0.05  # seconds between the looks of a late or repeating rank at where the others are
 
 
@@ -319,7 +320,7 @@ def check_in(
         ticket.store_op(store.set, ticket.prefix + "d", decision)
     else:
         left = None if timeout is None else timeout - (time.monotonic() - started)
-        if not _wait_decision(ticket, left, watch, place):
+        if not _wait_decision(ticket, left, watch, place, grace=not late):
             left_behind = watch is not None and _moved_on(ticket, watch, place)
             collect = _give_up(ticket)
             left_behind = left_behind and collect >= 0
@@ -365,12 +366,23 @@ def _give_up(ticket: Ticket) -> int:
     return after & _COUNT if after < 2 * _ABORT else 0
 
 
-def _wait_decision(ticket: Ticket, seconds: float | None, watch: Namespace | None, place: Place) -> bool:
-    """Wait for the sync's decision; a watching rank also gives up once the others are at a later place."""
+def _wait_decision(
+    ticket: Ticket, seconds: float | None, watch: Namespace | None, place: Place, *, grace: bool = False
+) -> bool:
+    """Wait for the sync's decision; a watching rank also gives up once the others are at a later place.
+
+    With ``grace`` (a repeated or second-version sync that is not late: usually every rank makes it), the rank blocks
+    first for up to ``_WATCH_GRACE`` seconds as an ordinary rank would, and watches only after that.
+    """
     if watch is None:
         return ticket.wait_keys(["d"], seconds)
     deadline = None if seconds is None else time.monotonic() + seconds
+    if grace:
+        first = _WATCH_GRACE if seconds is None else min(seconds, _WATCH_GRACE)
+        if ticket.wait_keys(["d"], first):
+            return True
     decision = [ticket.prefix + "d"]
+    pause = 0.0005  # doubles up to _WATCH_PERIOD: a sync the others join soon costs little latency
     while True:
         if ticket.store_op(ticket.store.check, decision):
             return True
@@ -378,7 +390,8 @@ def _wait_decision(ticket: Ticket, seconds: float | None, watch: Namespace | Non
             return False
         if deadline is not None and time.monotonic() >= deadline:
             return False
-        time.sleep(_WATCH_PERIOD)
+        time.sleep(pause)
+        pause = min(2 * pause, _WATCH_PERIOD)
 
 
 def _moved_on(ticket: Ticket, ns: Namespace, place: Place) -> bool:
