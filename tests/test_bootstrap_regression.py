@@ -15,6 +15,7 @@ import hashlib
 import pytest
 import torch
 
+from torchmetrics_varlen.functional import bootstrap
 from torchmetrics_varlen.functional.bootstrap import _resampled, poisson_multiplicities
 
 
@@ -94,3 +95,11 @@ def test_undefined_resamples_are_nan_as_before() -> None:
     assert bool(torch.isnan(_resampled(preds, torch.ones(10, dtype=torch.long), torch.arange(10), "auroc", 0, 5)).all())
     out = _resampled(torch.tensor([0.5, 0.2]), torch.tensor([1, 0]), torch.tensor([3, 4]), "ap", 1, 6)
     assert [float(x).hex() for x in out.tolist()] == ["nan", "nan"] + ["0x1.0000000000000p+0"] * 4
+
+
+def test_the_float_path_of_a_huge_auroc_gives_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past 2**53 the AUROC's area is summed in float64 as before; forced here on the pinned data."""
+    monkeypatch.setattr(bootstrap, "_EXACT_AREA", 0)
+    preds, target, keys = _tied(500, 1009)
+    out = _resampled(preds, target, keys, "auroc", 9, 37)
+    assert _digest(out) == "aa37b8e6f69f847a"

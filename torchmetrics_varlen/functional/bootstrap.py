@@ -64,6 +64,8 @@ def _poisson1_thresholds() -> np.ndarray:
 
 
 _THRESHOLDS = _poisson1_thresholds()
+_EXACT_AREA = 1 << 53  # twice the AUROC's area below this: exact in float64 whatever the order of the sum
+_COMPARED = 4  # P(K >= 5) ~ 0.4%: the samples counted by the search
 
 
 def _salt(seed: int, resample: int) -> int:
@@ -75,7 +77,7 @@ def _keys_u64(keys: Tensor) -> np.ndarray:
 
 
 def _multiplicities(keys_golden: np.ndarray, seed: int, first: int, count: int) -> np.ndarray:
-    """``[count, N]`` ``int64`` multiplicities of resamples ``first .. first + count - 1``.
+    """``[count, N]`` ``int8`` multiplicities of resamples ``first .. first + count - 1``.
 
     ``keys_golden`` is ``keys * golden`` (``uint64``, wrapping), shared by all the resamples.
     """
@@ -86,7 +88,12 @@ def _multiplicities(keys_golden: np.ndarray, seed: int, first: int, count: int) 
     np.bitwise_xor(x, salts, out=x)
     _mix_inplace(x, tmp)
     del tmp
-    counts: np.ndarray = np.searchsorted(_THRESHOLDS, x, side="right").astype(np.int64, copy=False)
+    # #{k : x >= t_k}: the first thresholds by comparisons (int8 counts), the rare rest by a search.
+    counts = np.zeros(x.shape, dtype=np.int8)
+    for threshold in _THRESHOLDS[:_COMPARED]:
+        np.add(counts, x >= threshold, out=counts)
+    flat, rare = x.reshape(-1), np.flatnonzero(x >= _THRESHOLDS[_COMPARED])
+    counts.reshape(-1)[rare] = np.searchsorted(_THRESHOLDS, flat[rare], side="right")
     return counts
 
 
@@ -129,13 +136,56 @@ def _resampled(
         w = _multiplicities(keys_golden, seed, first, count)
         w_pos = np.where(pos_np, w, 0)
         if starts_np is not None:
-            w = np.add.reduceat(w, starts_np, axis=1)
-            w_pos = np.add.reduceat(w_pos, starts_np, axis=1)
-        all_le = torch.from_numpy(np.cumsum(w, axis=1)).to(device=device, dtype=torch.float64)
-        pos_le = torch.from_numpy(np.cumsum(w_pos, axis=1)).to(device=device, dtype=torch.float64)
-        del w, w_pos
-        out[first : first + count] = _statistic(pos_le, all_le, statistic)
+            w = np.add.reduceat(w, starts_np, axis=1, dtype=np.int64)
+            w_pos = np.add.reduceat(w_pos, starts_np, axis=1, dtype=np.int64)
+        out[first : first + count] = _block_statistic(w_pos, w, statistic, device)
     return out
+
+
+def _block_statistic(pos_g: np.ndarray, all_g: np.ndarray, statistic: str, device: torch.device) -> Tensor:
+    """The weighted AUROC / AP of each row from the ``int64`` weights of the positives / all samples per distinct
+    score (``[count, G]``, ascending scores).
+
+    Bit for bit :func:`_statistic` of the cumulative sums: every sum of weights is an exact integer, so it is taken
+    in ``int64``; only the float64 operations whose rounding matters (the AUROC's final division; the AP's terms,
+    their sum in torch and the division) are done as there, on the same operands and shapes.
+    """
+    w_pos, w_all = pos_g.sum(1, dtype=np.int64), all_g.sum(1, dtype=np.int64)
+
+    def f64(a: np.ndarray) -> Tensor:
+        return torch.from_numpy(a).to(device=device, dtype=torch.float64)
+
+    w_pos_f, w_all_f = f64(w_pos), f64(w_all)
+    if statistic == "auroc":
+        w_neg = w_all - w_pos
+        if 2 * int(np.max(w_pos * w_neg, initial=0)) >= _EXACT_AREA:
+            # Twice the area might not be exact in float64, so its rounding depends on the order: as before.
+            pos_le, all_le = (f64(np.cumsum(g, axis=1, dtype=np.int64)) for g in (pos_g, all_g))
+            return _statistic(pos_le, all_le, "auroc")
+        # Twice the area: sum over g of pos_g * (2 * negatives below g + negatives at g), exact in int64 (and in
+        # float64 in any order: every partial sum is an integer at most 2 * w_pos * w_neg < 2**53).
+        neg_g = np.subtract(all_g, pos_g, dtype=np.int64)
+        twice = np.cumsum(neg_g, axis=1)
+        np.multiply(twice, 2, out=twice)
+        np.subtract(twice, neg_g, out=twice)
+        np.multiply(twice, pos_g, out=twice, casting="unsafe")
+        twice_area = f64(twice.sum(1))
+        w_neg_f = w_all_f - w_pos_f
+        value = twice_area / (2 * w_pos_f * w_neg_f)
+        return torch.where((w_pos_f > 0) & (w_neg_f > 0), value, torch.full_like(value, math.nan))
+    # Positives and all samples with a score at least g's (exact integers), then the terms as before.
+    tps = np.cumsum(pos_g, axis=1, dtype=np.int64)
+    np.subtract(w_pos[:, None], tps, out=tps)
+    np.add(tps, pos_g, out=tps)
+    all_ge = np.cumsum(all_g, axis=1, dtype=np.int64)
+    np.subtract(w_all[:, None], all_ge, out=all_ge)
+    np.add(all_ge, all_g, out=all_ge)
+    all_ge[all_ge <= 0] = 1
+    terms = pos_g.astype(np.float64)
+    np.multiply(terms, tps, out=terms, casting="unsafe")
+    np.divide(terms, all_ge, out=terms, casting="unsafe")
+    ap_sum = torch.from_numpy(terms).to(device=device).sum(1)
+    return torch.where(w_pos_f > 0, ap_sum / w_pos_f, torch.full_like(ap_sum, math.nan))
 
 
 def _statistic(pos_le: Tensor, all_le: Tensor, statistic: str) -> Tensor:
