@@ -24,7 +24,7 @@ from torchmetrics_varlen import (
     VarlenMultilabelAveragePrecision,
     VarlenROC,
 )
-from torchmetrics_varlen.classification.uncertainty import poisson_multiplicities
+from torchmetrics_varlen.functional.bootstrap import poisson_multiplicities
 
 
 def _data(n: int = 240, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -18,6 +18,7 @@ from torchmetrics_varlen._dist.group import group_position
 from torchmetrics_varlen.classification._base import _RankingMetric, _VarlenMetric
 from torchmetrics_varlen.functional._count import counted_problems
 from torchmetrics_varlen.functional._reduce import reduce_problems
+from torchmetrics_varlen.functional.bootstrap import _resampled
 from torchmetrics_varlen.functional.delong import AUROCComparison, AUROCInterval, _check_level, auroc_compare
 from torchmetrics_varlen.functional.delong import auroc_interval as _auroc_interval
 
@@ -221,97 +222,6 @@ class BootstrapInterval(NamedTuple):
     lower: Tensor
     upper: Tensor
     std: Tensor
-
-
-# splitmix64's finaliser, on int64 tensors (wrapping multiplication; logical shifts by masking).
-_M1 = 0xBF58476D1CE4E5B9 - (1 << 64)
-_M2 = 0x94D049BB133111EB - (1 << 64)
-_GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
-
-
-def _shr(x: Tensor, k: int) -> Tensor:
-    return torch.bitwise_right_shift(x, k) & ((1 << (64 - k)) - 1)
-
-
-def _mix(x: Tensor) -> Tensor:
-    x = x ^ _shr(x, 30)
-    x = x * _M1
-    x = x ^ _shr(x, 27)
-    x = x * _M2
-    return x ^ _shr(x, 31)
-
-
-def _mix_int(x: int) -> int:
-    """:func:`_mix` of one Python integer (as a signed int64)."""
-    x &= (1 << 64) - 1
-    x ^= x >> 30
-    x = (x * (_M1 & ((1 << 64) - 1))) & ((1 << 64) - 1)
-    x ^= x >> 27
-    x = (x * (_M2 & ((1 << 64) - 1))) & ((1 << 64) - 1)
-    x ^= x >> 31
-    return x - (1 << 64) if x >= 1 << 63 else x
-
-
-def _poisson1_cdf() -> Tensor:
-    """``P(K <= k)`` of a Poisson(1) variable for ``k = 0 .. 20`` (beyond: below float64's resolution)."""
-    term, total, out = math.exp(-1.0), 0.0, []
-    for k in range(21):
-        total += term
-        out.append(total)
-        term /= k + 1
-    return torch.tensor(out, dtype=torch.float64)
-
-
-def poisson_multiplicities(keys: Tensor, seed: int, resample: int) -> Tensor:
-    """Each sample's multiplicity (float64, Poisson(1)) in resample ``resample``, from ``(seed, resample, key)``
-    alone: a splitmix64 hash turned into a uniform in [0, 1) (53 bits), then the inverse Poisson(1) CDF.
-    """
-    salt = _mix_int(_mix_int(seed) + resample * _GOLDEN)
-    x = _mix(_mix(keys * _GOLDEN + salt) ^ salt)
-    uniform = _shr(x, 11).to(torch.float64) * 2.0**-53
-    return torch.searchsorted(_poisson1_cdf().to(keys.device), uniform, right=True).to(torch.float64)
-
-
-def _resampled(
-    scores: Tensor, positives: Tensor, keys: Tensor, statistic: str, seed: int, num_bootstraps: int
-) -> Tensor:
-    """The statistic of every resample (float64, NaN where undefined), as weighted sums over one sort.
-
-    The multiplicities are integers, so every sum of weights below is exact in float64 (whatever the order of the
-    tied samples): the values depend only on the set of (score, label, key), never on W or batch order.
-    """
-    sorted_scores, order = torch.sort(scores)
-    pos, keys = positives[order].to(torch.bool), keys[order]
-    del order
-    n = sorted_scores.numel()
-    ends = torch.nonzero(sorted_scores[1:] != sorted_scores[:-1]).flatten()
-    ends = torch.cat([ends, ends.new_tensor([n - 1])])
-    del sorted_scores
-    out = torch.empty(num_bootstraps, dtype=torch.float64, device=scores.device)
-    chunk = max(1, min(num_bootstraps, (1 << 22) // max(n, 1)))  # depends on N and B only: the same at every W
-    for first in range(0, num_bootstraps, chunk):
-        count = min(chunk, num_bootstraps - first)
-        w = torch.stack([poisson_multiplicities(keys, seed, b) for b in range(first, first + count)])
-        pos_le = torch.where(pos, w, torch.zeros_like(w)).cumsum_(1)[:, ends]
-        all_le = w.cumsum_(1)[:, ends]
-        del w
-        pos_g = torch.diff(pos_le, dim=1, prepend=pos_le.new_zeros(count, 1))
-        all_g = torch.diff(all_le, dim=1, prepend=all_le.new_zeros(count, 1))
-        w_pos, w_all = pos_le[:, -1], all_le[:, -1]
-        if statistic == "auroc":
-            neg_g = all_g - pos_g
-            neg_below = (all_le - all_g) - (pos_le - pos_g)
-            twice_area = (pos_g * (2 * neg_below + neg_g)).sum(1)
-            w_neg = w_all - w_pos
-            value = twice_area / (2 * w_pos * w_neg)
-            value = torch.where((w_pos > 0) & (w_neg > 0), value, torch.full_like(value, math.nan))
-        else:
-            tps = w_pos.unsqueeze(1) - (pos_le - pos_g)
-            all_ge = w_all.unsqueeze(1) - (all_le - all_g)
-            ap_sum = (pos_g * tps / torch.where(all_ge > 0, all_ge, torch.ones_like(all_ge))).sum(1)
-            value = torch.where(w_pos > 0, ap_sum / w_pos, torch.full_like(ap_sum, math.nan))
-        out[first : first + count] = value
-    return out
 
 
 def _supported(metric: Any) -> str:
