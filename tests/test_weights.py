@@ -11,6 +11,7 @@ from _float32 import f32
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 from sklearn.metrics import precision_recall_curve as sk_pr
 
+import torchmetrics_varlen as tv
 from torchmetrics_varlen.functional import auroc, average_precision, precision_recall_curve, roc
 from torchmetrics_varlen.functional._count import binned_confmat
 from torchmetrics_varlen.functional._hist import counts_from_histogram, histogram
@@ -273,3 +274,24 @@ def test_all_weight_on_one_class_warns_like_auroc() -> None:
         value = auroc(preds, target, sample_weight=torch.tensor([0.0, 1.0, 2.0]))
     assert float(value) == 0.0
     assert any("negative samples" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("labels", [[1], [0], [1, 1, 1], [0, 0], [1, 0, 1]])
+def test_weighted_binned_batches_with_one_class_absent(labels: list[int]) -> None:
+    """A small weighted batch in binned mode may hold no positive (or no negative): its bins are float64 zeros too
+    (``torch.bincount`` of nothing is int64 whatever the weights), and the metric adds it like any other batch.
+    """
+    target = torch.tensor(labels)
+    preds = torch.linspace(0.1, 0.9, len(labels))
+    weight = torch.linspace(0.5, 2.0, len(labels), dtype=torch.float64)
+    confmat = binned_confmat(preds, target, torch.linspace(0, 1, 50), weight)
+    assert confmat.dtype == torch.float64
+    assert float(confmat[0].sum()) == pytest.approx(float(weight.sum()))
+    metric = tv.VarlenAUROC(thresholds=50)
+    metric.update(preds, target, sample_weight=weight.float())
+    metric.update(torch.tensor([0.3, 0.8]), torch.tensor([0, 1]), sample_weight=torch.tensor([1.0, 3.0]))
+    full_preds = torch.cat([preds, torch.tensor([0.3, 0.8])])
+    full_target = torch.cat([target, torch.tensor([0, 1])])
+    full_weight = torch.cat([weight.float(), torch.tensor([1.0, 3.0])])
+    expected = auroc(full_preds, full_target, thresholds=50, sample_weight=full_weight)
+    assert torch.equal(metric.compute(), expected)

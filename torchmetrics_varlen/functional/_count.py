@@ -99,8 +99,9 @@ def binned_confmat(preds: Tensor, target: Tensor, thresholds: Tensor, weight: Te
         neg_hist = torch.bincount(bucket[~positive], minlength=n_thr + 1)
     else:
         w = weight.reshape(-1).to(device=bucket.device, dtype=torch.float64)
-        pos_hist = torch.bincount(bucket[positive], weights=w[positive], minlength=n_thr + 1)
-        neg_hist = torch.bincount(bucket[~positive], weights=w[~positive], minlength=n_thr + 1)
+        # float64 even for an empty class: torch.bincount of no values returns int64 zeros, whatever the weights
+        pos_hist = torch.bincount(bucket[positive], weights=w[positive], minlength=n_thr + 1).to(torch.float64)
+        neg_hist = torch.bincount(bucket[~positive], weights=w[~positive], minlength=n_thr + 1).to(torch.float64)
     # Predicted positive at sorted threshold i: buckets i+1 .. T.
     tp_sorted = torch.flip(torch.cumsum(torch.flip(pos_hist, [0]), 0), [0])[1:]
     fp_sorted = torch.flip(torch.cumsum(torch.flip(neg_hist, [0]), 0), [0])[1:]
