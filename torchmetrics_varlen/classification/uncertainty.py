@@ -37,7 +37,32 @@ def _cat(pieces: list[Tensor]) -> Tensor:
     return torch.cat(pieces) if len(pieces) > 1 else pieces[0]
 
 
-class VarlenAUROCInterval(_RankingMetric):
+class _DeLongMetric(_VarlenMetric):
+    """The constructor of the DeLong metrics: a confidence ``level``, the binary exact metric's arguments, and no
+    sharded compute (the variance needs every sample's midrank in one place).
+    """
+
+    def __init__(
+        self,
+        level: float = 0.95,
+        ignore_index: int | None = None,
+        validate_args: bool = True,
+        *,
+        normalization: Normalization = "sigmoid",
+        **kwargs: Any,
+    ) -> None:
+        _no_sharding(type(self).__name__, kwargs)
+        self.level = _check_level(level)
+        super().__init__(
+            ignore_index=ignore_index,
+            validate_args=validate_args,
+            normalization=normalization,
+            config={"level": self.level},
+            **kwargs,
+        )
+
+
+class VarlenAUROCInterval(_DeLongMetric, _RankingMetric):
     r"""Binary AUROC with DeLong's standard error and normal interval, exact across ranks.
 
     ``compute()`` returns :func:`~torchmetrics_varlen.functional.auroc_interval`'s
@@ -72,25 +97,6 @@ class VarlenAUROCInterval(_RankingMetric):
     _tasks = ("binary",)
     _binned = False
 
-    def __init__(
-        self,
-        level: float = 0.95,
-        ignore_index: int | None = None,
-        validate_args: bool = True,
-        *,
-        normalization: Normalization = "sigmoid",
-        **kwargs: Any,
-    ) -> None:
-        _no_sharding(type(self).__name__, kwargs)
-        self.level = _check_level(level)
-        super().__init__(
-            ignore_index=ignore_index,
-            validate_args=validate_args,
-            normalization=normalization,
-            config={"level": self.level},
-            **kwargs,
-        )
-
     def _value_from_wire(self, value: Any) -> Any:
         return AUROCInterval(*value)
 
@@ -101,7 +107,7 @@ class VarlenAUROCInterval(_RankingMetric):
         return _auroc_interval(preds, target, self.level, validate_args=False, normalization=None)
 
 
-class VarlenAUROCComparison(_VarlenMetric):
+class VarlenAUROCComparison(_DeLongMetric):
     r"""DeLong's paired test of two models' binary AUROC on the same samples, exact across ranks.
 
     ``update(preds, target, sample_ids=None)`` takes ``preds`` of shape ``(N, 2)`` (column 0: model a's score of
@@ -137,25 +143,6 @@ class VarlenAUROCComparison(_VarlenMetric):
 
     _tasks = ("binary",)
     _binned = False
-
-    def __init__(
-        self,
-        level: float = 0.95,
-        ignore_index: int | None = None,
-        validate_args: bool = True,
-        *,
-        normalization: Normalization = "sigmoid",
-        **kwargs: Any,
-    ) -> None:
-        _no_sharding(type(self).__name__, kwargs)
-        self.level = _check_level(level)
-        super().__init__(
-            ignore_index=ignore_index,
-            validate_args=validate_args,
-            normalization=normalization,
-            config={"level": self.level},
-            **kwargs,
-        )
 
     def update(
         self, preds: Tensor, target: Tensor, sample_ids: Tensor | None = None, *, _start: int | None = None
