@@ -117,18 +117,6 @@ def stored_weight_mode(metric: Any) -> str | None:
     return "weights" if _has_rows(metric.weight, synced) else ("none" if _has_rows(metric.preds, synced) else None)
 
 
-def _check_weight_mode(metric: Any, weighted: bool) -> None:
-    mode = metric._weight_mode()
-    new = "weights" if weighted else "none"
-    if mode is not None and mode != new:
-        msg = (
-            f"{type(metric).__name__}: this update {'has' if weighted else 'has no'} `sample_weight` but earlier"
-            f" updates {'had' if mode == 'weights' else 'had none'}. Pass `sample_weight` with every update of"
-            " an epoch or with none (call reset() to switch). The batch was not added."
-        )
-        raise ValueError(msg)
-
-
 def check_batch(
     metric: Any,
     preds: Tensor,
@@ -162,7 +150,9 @@ def check_batch(
             msg = f"{type(m).__name__} does not take `sample_weight`."
             raise ValueError(msg)
         check_sample_weight(sample_weight, preds, target, m.task)
-    _check_weight_mode(m, sample_weight is not None)
+    m._ledger.check_mode(
+        m._weight_mode(), sample_weight is not None, argument="sample_weight", tail=" The batch was not added."
+    )
     return in_unit
 
 

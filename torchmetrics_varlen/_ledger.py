@@ -169,14 +169,15 @@ class Ledger:
 
     # ------------------------------------------------------------------ checks of a batch
 
-    def check_mode(self, mode: str | None, with_ids: bool) -> None:
-        """Raise if a batch switches between ``sample_ids`` and none within an epoch."""
-        new = "ids" if with_ids else "none"
-        if mode is not None and mode != new:
+    def check_mode(self, mode: str | None, with_ids: bool, *, argument: str = "sample_ids", tail: str = "") -> None:
+        """Raise if a batch switches between giving ``argument`` (``sample_ids``, ``sample_weight``) and not within an
+        epoch; ``mode`` is what the epoch's first batch decided (``None``: no batch yet; ``"none"``: without it).
+        """
+        if mode is not None and (mode != "none") != with_ids:
             msg = (
-                f"{self.what}: this update {'has' if with_ids else 'has no'} `sample_ids` but earlier updates"
-                f" {'had' if mode == 'ids' else 'had none'}. Pass `sample_ids` with every update or with none (call"
-                " reset() to switch)."
+                f"{self.what}: this update {'has' if with_ids else 'has no'} `{argument}` but earlier updates"
+                f" {'had none' if mode == 'none' else 'had'}. Pass `{argument}` with every update"
+                f"{' of an epoch' if tail else ''} or with none (call reset() to switch).{tail}"
             )
             raise ValueError(msg)
 

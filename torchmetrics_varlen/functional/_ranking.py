@@ -235,14 +235,22 @@ def auroc_from_sums(sums: RankSums, device: torch.device, warn: bool = True) -> 
 
     The area is an integer divided once: exact up to one float64 rounding, whatever the order of the samples.
     """
-    n_pos, n_neg = sums.n_pos, sums.n_all - sums.n_pos
-    if warn and n_neg <= 0:
-        warnings.warn(_NO_NEGATIVES_ROC, UserWarning, stacklevel=3)
-    if warn and n_pos <= 0:
-        warnings.warn(_NO_POSITIVES_ROC, UserWarning, stacklevel=3)
-    if n_neg <= 0 or n_pos <= 0:
+    return auroc_from_area(sums.twice_area, sums.n_pos, sums.n_all - sums.n_pos, device, warn)
+
+
+def auroc_from_area(
+    twice_area: float, pos: float, neg: float, device: torch.device, warn: bool = True, stacklevel: int = 4
+) -> Tensor:
+    """``twice_area / (2 * pos * neg)`` as float64, ``pos`` / ``neg`` the (weighted) numbers of positives and
+    negatives; one class only gives 0 with torchmetrics' warnings (``stacklevel`` from here).
+    """
+    if warn and neg <= 0:
+        warnings.warn(_NO_NEGATIVES_ROC, UserWarning, stacklevel=stacklevel)
+    if warn and pos <= 0:
+        warnings.warn(_NO_POSITIVES_ROC, UserWarning, stacklevel=stacklevel)
+    if neg <= 0 or pos <= 0:
         return torch.zeros((), dtype=torch.float64, device=device)
-    return torch.tensor(float(sums.twice_area) / (2.0 * n_pos * n_neg), dtype=torch.float64, device=device)
+    return torch.tensor(float(twice_area) / (2.0 * pos * neg), dtype=torch.float64, device=device)
 
 
 def average_precision_from_sums(sums: RankSums, device: torch.device, warn: bool = True) -> Tensor:

@@ -35,6 +35,7 @@ from torchmetrics_varlen.functional._ranking import (
     _NO_POSITIVES_PR,
     _NO_POSITIVES_ROC,
     as_output,
+    auroc_from_area,
     binned_auroc,
     binned_average_precision,
     descending,
@@ -215,14 +216,7 @@ def combine_weighted(parts: list[WeightedRankSums]) -> WeightedRankSums:
 
 def weighted_auroc_from_sums(sums: WeightedRankSums, device: torch.device, warn: bool = True) -> Tensor:
     """Weighted AUROC (float64); one class only (zero weight on one side) gives 0 with torchmetrics' warnings."""
-    w_pos, w_neg = sums.w_pos, sums.w_all - sums.w_pos
-    if warn and w_neg <= 0:
-        warnings.warn(_NO_NEGATIVES_ROC, UserWarning, stacklevel=3)
-    if warn and w_pos <= 0:
-        warnings.warn(_NO_POSITIVES_ROC, UserWarning, stacklevel=3)
-    if w_neg <= 0 or w_pos <= 0:
-        return torch.zeros((), dtype=torch.float64, device=device)
-    return torch.tensor(sums.twice_area / (2.0 * w_pos * w_neg), dtype=torch.float64, device=device)
+    return auroc_from_area(sums.twice_area, sums.w_pos, sums.w_all - sums.w_pos, device, warn)
 
 
 def weighted_average_precision_from_sums(sums: WeightedRankSums, device: torch.device, warn: bool = True) -> Tensor:
