@@ -188,30 +188,50 @@ class DistPool:
 
 
 _COLLECTIVES = ("all_gather", "all_gather_into_tensor", "all_gather_single", "all_reduce", "broadcast", "barrier")
+_OURS = ("all_gather_into", "broadcast", "all_reduce_sum", "all_to_all")
 
 
-def count_syncs(fn: Callable[[], Any]) -> tuple[Any, dict[str, int]]:
-    """Run ``fn`` on a rank counting torch.distributed collectives and guard check-ins (both still run)."""
-    from torchmetrics_varlen._dist import metadata
+def count_syncs(fn: Callable[[], Any], names: tuple[str, ...] = _COLLECTIVES) -> tuple[Any, dict[str, int]]:
+    """Run ``fn`` on a rank counting torch.distributed collectives and guard check-ins (both still run): the total
+    under ``"collectives"``, and each function's calls under its name.
+
+    The package issues its collectives through ``_dist/collectives.py`` (on gloo straight on the group object, with a
+    per-collective timeout; counted under ``collectives.<name>``): each counts once, whichever way it reaches the
+    backend.
+    """
+    from torchmetrics_varlen._dist import collectives, metadata
 
     counts = {"collectives": 0, "check_ins": 0}
-    originals = {name: getattr(dist, name) for name in _COLLECTIVES}
+    inside = [0]  # a package collective in progress: its own torch.distributed call is not counted again
+    originals = {name: getattr(dist, name) for name in names}
+    ours = {name: getattr(collectives, name) for name in _OURS}
     original_check_in = metadata.check_in
 
-    def wrap(original: Any, key: str) -> Any:
+    def wrap(original: Any, key: str, name: str = "", nested: bool = False) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            counts[key] += 1
-            return original(*args, **kwargs)
+            if not inside[0]:
+                counts[key] += 1
+                if name:
+                    counts[name] = counts.get(name, 0) + 1
+            inside[0] += nested
+            try:
+                return original(*args, **kwargs)
+            finally:
+                inside[0] -= nested
 
         return wrapper
 
     for name, original in originals.items():
-        setattr(dist, name, wrap(original, "collectives"))
+        setattr(dist, name, wrap(original, "collectives", name))
+    for name, original in ours.items():
+        setattr(collectives, name, wrap(original, "collectives", f"collectives.{name}", nested=True))
     metadata.check_in = wrap(original_check_in, "check_ins")  # type: ignore[assignment]
     try:
         value = fn()
     finally:
         for name, original in originals.items():
             setattr(dist, name, original)
+        for name, original in ours.items():
+            setattr(collectives, name, original)
         metadata.check_in = original_check_in  # type: ignore[assignment]
     return value, counts

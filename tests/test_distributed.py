@@ -6,9 +6,8 @@ from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
 from _data import rank_slice, scores_and_labels
-from _dist import DistPool
+from _dist import DistPool, count_syncs
 from _float32 import f32
 from sklearn.metrics import average_precision_score, roc_auc_score
 
@@ -75,26 +74,8 @@ _COLLECTIVES = (
 
 
 def _count_collectives(fn: Any) -> int:
-    """Run ``fn`` with every torch.distributed collective wrapped by a counter (the collectives still run)."""
-    calls = 0
-    originals = {name: getattr(dist, name) for name in _COLLECTIVES}
-
-    def counted(original: Any) -> Any:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            nonlocal calls
-            calls += 1
-            return original(*args, **kwargs)
-
-        return wrapper
-
-    for name, original in originals.items():
-        setattr(dist, name, counted(original))
-    try:
-        fn()
-    finally:
-        for name, original in originals.items():
-            setattr(dist, name, original)
-    return calls
+    """Run ``fn`` with every torch.distributed collective (and the package's own) counted; they still run."""
+    return count_syncs(fn, _COLLECTIVES)[1]["collectives"]
 
 
 def case_count(rank: int, world: int, n_states: int) -> dict[str, int]:

@@ -1,7 +1,7 @@
 """Process groups: which rank this is, who the members are, which device the data travels on.
 
-With ``_dist/guard.py`` and ``_dist/exchange.py`` this is the only code of the package that calls
-``torch.distributed``; metrics ask these helpers instead.
+With the other modules of ``_dist/`` (the guard, the transports, ``collectives.py``) this is the only code of the
+package that calls ``torch.distributed``; metrics ask these helpers instead.
 """
 
 from __future__ import annotations

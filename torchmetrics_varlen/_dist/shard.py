@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
+from torchmetrics_varlen._dist import collectives
 from torchmetrics_varlen._dist.guard import Ticket
 from torchmetrics_varlen._dist.transport import all_gather_fixed, wait
 
@@ -52,13 +52,13 @@ class Shard:
         # Moved as raw bytes: gloo has no int16 (compact keys of 16-bit scores), and bytes are bytes.
         row = math.prod(send.shape[1:]) * send.element_size()
         recv = torch.empty((sum(recv_rows), *send.shape[1:]), dtype=send.dtype, device=send.device)
-        work = dist.all_to_all_single(
+        work = collectives.all_to_all(
             recv.view(-1).view(torch.uint8),
             _bytes(send),
-            output_split_sizes=[n * row for n in recv_rows],
-            input_split_sizes=[n * row for n in send_rows],
-            group=self.group,
-            async_op=True,
+            [n * row for n in recv_rows],
+            [n * row for n in send_rows],
+            self.group,
+            self.ticket.timeout,
         )
         wait(work, self.ticket, "a sharded all-to-all")
         return recv

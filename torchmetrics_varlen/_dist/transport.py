@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from torchmetrics_varlen._dist import collectives
 from torchmetrics_varlen._dist.errors import MetricSyncError
 from torchmetrics_varlen._dist.group import comm_device, is_nccl
 from torchmetrics_varlen._dist.guard import Ticket
@@ -45,8 +46,7 @@ def all_gather_fixed(local: Tensor, ticket: Ticket, step: str) -> Tensor:
     """``(W, *local.shape)``: every rank's ``local`` (the same shape on every rank), with the sync's deadline."""
     world, group = ticket.layout.world, ticket.layout.group
     out = torch.empty(world * local.numel(), dtype=local.dtype, device=local.device)
-    gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    wait(gather_single(out, local.contiguous().view(-1), group=group, async_op=True), ticket, step)
+    wait(collectives.all_gather_into(out, local.contiguous().view(-1), group, ticket.timeout), ticket, step)
     return out.view(world, *local.shape)
 
 
@@ -167,7 +167,7 @@ def _gather_packed(
         # gloo: one broadcast per rank with rows, all in flight together. Unlike gloo's all-gather (equal sizes only,
         # and the result staged in a second full-size buffer) this moves uneven shards without padding or extra copy.
         works = [
-            keep(dist.broadcast(parts[r], src=glob[r], group=group, async_op=True)) for r in range(world) if sizes[r]
+            keep(collectives.broadcast(parts[r], r, group, glob[r], ticket.timeout)) for r in range(world) if sizes[r]
         ]
         for work in works:
             wait(work, ticket, "the data broadcasts")
@@ -215,7 +215,8 @@ def _reduce_summed(
         assert flat is not None
     names = sorted(summed)
     group = checked.ticket.layout.group
-    wait(dist.all_reduce(flat, group=group, async_op=True), checked.ticket, "the all-reduce of summed states")
+    work = collectives.all_reduce_sum(flat, group, checked.ticket.timeout)
+    wait(work, checked.ticket, "the all-reduce of summed states")
     out: dict[str, Tensor] = {}
     offset = 0
     for n in names:

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
+from torchmetrics_varlen._dist import collectives
 from torchmetrics_varlen._dist.errors import MetricSyncError
 from torchmetrics_varlen._dist.group import comm_device
 from torchmetrics_varlen._dist.guard import Ticket
@@ -64,7 +64,7 @@ def broadcast_value(
         total = sum(nbytes(math.prod(s[1]), (), _DTYPES[s[0]]) for s in _leaves(spec))
         payload = torch.empty(total, dtype=torch.uint8, device=comm_device(layout.group, device))
     if payload.numel():
-        work = dist.broadcast(payload, src=layout.global_ranks[src], group=layout.group, async_op=True)
+        work = collectives.broadcast(payload, src, layout.group, layout.global_ranks[src], ticket.timeout)
         wait(work, ticket, "the broadcast of the computed value")
     if layout.rank == src:
         return value, extra
