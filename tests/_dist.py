@@ -235,3 +235,41 @@ def count_syncs(fn: Callable[[], Any], names: tuple[str, ...] = _COLLECTIVES) ->
             setattr(collectives, name, original)
         metadata.check_in = original_check_in  # type: ignore[assignment]
     return value, counts
+
+
+# torch's own gloo rendezvous keys of the default group (relative to the store given to init_process_group, as
+# torch 2.13 names them): a group re-created under the same name reads them, and may connect to the old group's
+# addresses and hang before this package runs at all. The harness clears them (and only them) between incarnations;
+# the package's keys stay in the store, which is the case under test.
+_GLOO_KEYS = "0//cpu//0/{rank}"  # "0": the default group's name; "cpu//0": the device's context
+
+
+def _store_barrier(store: Any, world: int, key: str) -> None:
+    store.add(key, 1)
+    deadline = time.monotonic() + 30
+    while int(store.add(key, 0)) < world:
+        assert time.monotonic() < deadline, f"store barrier {key} timed out"
+        time.sleep(0.01)
+
+
+def harness_store() -> Any:
+    """The store the harness gave init_process_group (torch wraps it in a PrefixStore named after the group, under
+    which the package's keys and torch's gloo keys live).
+    """
+    from torchmetrics_varlen._compat import default_store
+
+    return default_store().underlying_store
+
+
+def reinit_default_group(store: Any, rank: int, world: int, tag: str) -> None:
+    """destroy_process_group() then init_process_group() on the same store, with torch's own gloo address keys
+    cleared in between (see _GLOO_KEYS), then a store rendezvous so every rank starts the round together.
+    """
+    dist.destroy_process_group()
+    _store_barrier(store, world, f"test-reinit/{tag}/destroyed")
+    if rank == 0:
+        for r in range(world):
+            assert store.delete_key(_GLOO_KEYS.format(rank=r)), "torch renamed its gloo keys: update _GLOO_KEYS"
+    _store_barrier(store, world, f"test-reinit/{tag}/cleared")
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
+    _store_barrier(store, world, f"test-reinit/{tag}/ready")

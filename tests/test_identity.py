@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-from _dist import DistPool
+from _dist import DistPool, harness_store, reinit_default_group
 from _float32 import f32
 from sklearn.metrics import roc_auc_score
 
@@ -172,53 +172,15 @@ def _round(rank: int, world: int, kind: str, epoch: int) -> list[dict[str, Any]]
     return out
 
 
-# torch's own gloo rendezvous keys of the default group (relative to the store given to init_process_group, as
-# torch 2.13 names them): a group re-created under the same name reads them, and may connect to the old group's
-# addresses and hang before this package runs at all. The harness clears them (and only them) between incarnations;
-# the package's keys stay in the store, which is the case under test.
-_GLOO_KEYS = "0//cpu//0/{rank}"  # "0": the default group's name; "cpu//0": the device's context
-
-
-def _store_barrier(store: Any, world: int, key: str) -> None:
-    store.add(key, 1)
-    deadline = time.monotonic() + 30
-    while int(store.add(key, 0)) < world:
-        assert time.monotonic() < deadline, f"store barrier {key} timed out"
-        time.sleep(0.01)
-
-
-def _default_store() -> Any:
-    """The store the harness gave init_process_group (torch wraps it in a PrefixStore named after the group, under
-    which the package's keys and torch's gloo keys live).
-    """
-    from torchmetrics_varlen._compat import default_store
-
-    return default_store().underlying_store
-
-
-def _reinit(store: Any, rank: int, world: int, tag: str) -> None:
-    """destroy_process_group() then init_process_group() on the same store, with torch's own gloo address keys
-    cleared in between (see _GLOO_KEYS), then a store rendezvous so every rank starts the round together.
-    """
-    dist.destroy_process_group()
-    _store_barrier(store, world, f"test-reinit/{tag}/destroyed")
-    if rank == 0:
-        for r in range(world):
-            assert store.delete_key(_GLOO_KEYS.format(rank=r)), "torch renamed its gloo keys: update _GLOO_KEYS"
-    _store_barrier(store, world, f"test-reinit/{tag}/cleared")
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
-    _store_barrier(store, world, f"test-reinit/{tag}/ready")
-
-
 def case_reinit_same_store(rank: int, world: int, kind: str, rounds: int) -> list[Any]:
     """destroy_process_group() and init_process_group() on the same store, ``rounds`` times; every round creates its
     metric afresh (the same identity as the last round's) and leaves an abandoned and a completed sync behind.
     """
-    store = _default_store()
+    store = harness_store()
     out: list[Any] = []
     for round_ in range(rounds):
         if round_:
-            _reinit(store, rank, world, f"{kind}/{round_}")
+            reinit_default_group(store, rank, world, f"{kind}/{round_}")
         out += _round(rank, world, kind, 10 * round_)
     return out
 
@@ -229,12 +191,12 @@ def case_two_jobs_on_one_store(rank: int, world: int, kind: str) -> list[Any]:
     """
     from torchmetrics_varlen._dist import guard
 
-    store = _default_store()
+    store = harness_store()
     out: list[Any] = []
     for job in range(2):
         if job:
             guard._SCOPES.clear()  # a new process knows nothing of the old job
-            _reinit(store, rank, world, f"job/{kind}")
+            reinit_default_group(store, rank, world, f"job/{kind}")
         guard._scope().created.clear()  # and creates its metrics with the same identities as the old job
         out += _round(rank, world, kind, 20 + 10 * job)
     return out

@@ -29,28 +29,30 @@ alongside NCCL, and user collectives (``barrier``, ``all_reduce``) can never pai
 
 from __future__ import annotations
 
-import datetime
-import json
 import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch.distributed as dist
-
 from torchmetrics_varlen import _compat
-from torchmetrics_varlen._dist.errors import MetricSyncError
 from torchmetrics_varlen._dist.group import GroupLayout, distributed_available
+from torchmetrics_varlen._dist.guard_errors import (
+    describe_differences,
+    raise_left_behind,
+    raise_mismatch,
+    raise_missing,
+)
+from torchmetrics_varlen._dist.ticket import ERROR_PATH_WAIT, Ticket, lost_store
 from torchmetrics_varlen._dist.works import release_finished
+
+__all__ = ["Place", "Scope", "Ticket", "check_in", "describe_differences", "new_identity"]
 
 _ROOT = "torchmetrics_varlen/2"
 _COUNT = (1 << 20) - 1  # arrivals: bits 0-19 (W < 2**20)
 _MISMATCH = 1 << 20  # arrivals whose signature differs from the first one: bits 20-49
 _ABORT = 1 << 50  # ranks that stopped waiting: bits 50-62
 _GO, _DIFFERS, _ABANDON, _MOVED = "go", "mismatch", "abort", "moved"
-_FOREVER = 3600.0  # sync_timeout=None: wait in slices of an hour
-_ERROR_PATH_WAIT = 2.0  # seconds the error paths wait for the (live) ranks' keys
 _WATCH_GRACE = 1.0  # seconds a repeating rank that is not late waits like any other before it starts watching
 _WATCH_PERIOD = 0.05  # seconds between the looks of a late or repeating rank at where the others are
 
@@ -141,94 +143,6 @@ def _store() -> Any:
     return _compat.default_store()
 
 
-def _lost_store(err: BaseException, layout: GroupLayout, what: str) -> MetricSyncError:
-    msg = (
-        f"{what} on {layout.describe(layout.rank)} lost the connection to the process group's store ({err})."
-        " The store is served by global rank 0's process under env:// and torch.multiprocessing.spawn (by the"
-        " launcher agent under torchrun): that process has probably exited or crashed, and the job cannot"
-        " synchronise any more. Look for the first error of global rank 0."
-    )
-    return MetricSyncError(msg)
-
-
-@dataclass(frozen=True)
-class Ticket:
-    """A sync that every rank of the group entered: its store keys and what to say if a later step fails."""
-
-    layout: GroupLayout
-    store: Any
-    identity: str
-    prefix: str
-    timeout: float | None
-    what: str
-    fix: str
-    extra_keys: list[str] = field(default_factory=list)  # keys written after the check-in, deleted with the sync's
-
-    def store_op(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run one store operation; a dead store becomes a :class:`MetricSyncError` that says so."""
-        try:
-            return fn(*args)
-        except RuntimeError as err:
-            raise _lost_store(err, self.layout, self.what) from err
-
-    def set(self, key: str, value: str) -> None:
-        """Write ``key`` (relative to the sync's prefix); it is deleted once every rank has passed the sync."""
-        self.store_op(self.store.set, self.prefix + key, value)
-
-    def get(self, key: str) -> bytes:
-        """Read ``key`` (relative to the sync's prefix); it must exist."""
-        return bytes(self.store_op(self.store.get, self.prefix + key))
-
-    def wait_keys(self, keys: list[str], seconds: float | None) -> bool:
-        """Block until every key (relative to the sync's prefix) exists (``True``) or ``seconds`` pass (``False``)."""
-        store = self.store
-        full = [self.prefix + k for k in keys]
-        while True:
-            slice_s = _FOREVER if seconds is None else max(seconds, 0.001)
-            try:
-                store.wait(full, datetime.timedelta(seconds=slice_s))
-            except dist.DistStoreError:
-                if seconds is None:
-                    continue
-                return False
-            except RuntimeError as err:
-                raise _lost_store(err, self.layout, self.what) from err
-            return True
-
-    def failed(self, error: BaseException, step: str) -> MetricSyncError:
-        """The error for a step after the check-in that failed on this rank (a collective, a computation).
-
-        This rank leaves a note, waits a few seconds for the notes of the other ranks whose step failed too, and
-        names the ranks that left none: they died or stopped responding.
-        """
-        layout, store = self.layout, self.store
-        me = layout.describe(layout.rank)
-        try:
-            store.set(f"{self.prefix}failed/{layout.rank}", f"{type(error).__name__}: {error}"[:500])
-            deadline = time.monotonic() + _ERROR_PATH_WAIT
-            others = [r for r in range(layout.world) if r != layout.rank]
-            noted: dict[int, str] = {}
-            while True:
-                for r in others:
-                    if r not in noted and store.check([f"{self.prefix}failed/{r}"]):
-                        noted[r] = store.get(f"{self.prefix}failed/{r}").decode()
-                if len(noted) == len(others) or time.monotonic() > deadline:
-                    break
-                time.sleep(0.05)
-        except RuntimeError as err:
-            return _lost_store(err, layout, self.what)
-        silent = [r for r in others if r not in noted]
-        lines = [f"{self.what} on {me} ({self.identity!r}): {step} failed ({type(error).__name__}: {error})."]
-        if silent:
-            lines.append(
-                f"{layout.describe_all(silent)} stopped responding after the check-in (died, or stuck elsewhere)."
-            )
-        lines += [f"  {layout.describe(r)}: {text}" for r, text in sorted(noted.items())]
-        failure = MetricSyncError("\n".join(lines))
-        failure.missing_ranks = silent
-        return failure
-
-
 def _namespace(scope: Scope, store: Any, layout: GroupLayout, what: str) -> Namespace:
     """The group's incarnation, read once per process from the group name's incarnation counter.
 
@@ -243,7 +157,7 @@ def _namespace(scope: Scope, store: Any, layout: GroupLayout, what: str) -> Name
         try:
             number = int(store.add(counter, 0))
         except RuntimeError as err:
-            raise _lost_store(err, layout, what) from err
+            raise lost_store(err, layout, what) from err
         ns = Namespace(f"{_ROOT}/{layout.name}/{number}/", number, counter)
         scope.namespaces[layout.name] = ns
     return ns
@@ -307,7 +221,7 @@ def check_in(
         if not late:
             late, late_by = True, _abandoned_since(ticket)
         if _moved_on(ticket, ns, place):
-            _raise_left_behind(ticket, late, late_by, timeout)
+            raise_left_behind(ticket, late, late_by, timeout)
         place = place.again()  # they may sync these very states again (a call repeated after an error)
     # A rank that came late, or syncs the same states again, or a second version in one epoch, is one that may wait
     # for ranks that have moved on: it watches where they would go next, and gives up as soon as they are there.
@@ -331,10 +245,10 @@ def check_in(
         _forget_previous(ticket, scope)
         return ticket
     if decision == _DIFFERS:
-        _raise_mismatch(ticket, record)
+        raise_mismatch(ticket, record)
     if left_behind or decision.startswith(_MOVED):
-        _raise_left_behind(ticket, late, late_by, timeout)
-    _raise_missing(ticket, arrival & _COUNT, max(collect, 0), late, late_by)
+        raise_left_behind(ticket, late, late_by, timeout)
+    raise_missing(ticket, arrival & _COUNT, max(collect, 0), late, late_by)
     raise AssertionError  # pragma: no cover - both raise
 
 
@@ -348,7 +262,7 @@ def _first_place(
         try:
             store.compare_set(f"{base}{epoch - 1}.0.0/d", "", f"{_MOVED} {layout.rank}")
         except RuntimeError as err:
-            raise _lost_store(err, layout, what) from err
+            raise lost_store(err, layout, what) from err
     return Place(epoch, version, 0, 0) if last is None else last.after(epoch, version)
 
 
@@ -360,7 +274,7 @@ def _give_up(ticket: Ticket) -> int:
     store, world = ticket.store, ticket.layout.world
     after = int(ticket.store_op(store.add, ticket.prefix + "n", _ABORT))
     if after & _COUNT >= world:
-        ticket.wait_keys(["d"], _ERROR_PATH_WAIT)  # the last rank arrived just now: "go" is on its way
+        ticket.wait_keys(["d"], ERROR_PATH_WAIT)  # the last rank arrived just now: "go" is on its way
         return -1
     ticket.store_op(store.compare_set, ticket.prefix + "d", "", f"{_ABANDON} {time.time():.3f}")
     return after & _COUNT if after < 2 * _ABORT else 0
@@ -402,133 +316,12 @@ def _moved_on(ticket: Ticket, ns: Namespace, place: Place) -> bool:
 
 def _abandoned_since(ticket: Ticket) -> float | None:
     """Seconds since the ranks of an abandoned sync gave up on it (from the wall clock the first of them wrote)."""
-    if not ticket.wait_keys(["d"], _ERROR_PATH_WAIT):
+    if not ticket.wait_keys(["d"], ERROR_PATH_WAIT):
         return None
     parts = ticket.get("d").decode().split()
     if len(parts) != 2 or parts[0] != _ABANDON:
         return None
     return max(0.0, time.time() - float(parts[1]))
-
-
-def _raise_left_behind(ticket: Ticket, late: bool, late_by: float | None, timeout: float | None) -> None:
-    """Raise on a rank whose states the other ranks will not sync: they moved on to later states or a new epoch."""
-    me = ticket.layout.describe(ticket.layout.rank)
-    limit = "sync_timeout=None" if timeout is None else f"sync_timeout={timeout:g} s"
-    if late:
-        how = "" if late_by is None else f"{late_by:.1f} s late, "
-        msg = (
-            f"{ticket.what} on {me} arrived after the other ranks had stopped waiting ({how}{limit}), so that"
-            f" sync of {ticket.identity!r} was abandoned, and they have moved on (reset(), or new updates and a"
-            " later compute()): this rank was late, or the others called compute() earlier (in the middle of the"
-            " epoch). Its states cannot be combined with theirs: nothing was exchanged, and its states were left"
-            " as they were. Keep sync_timeout above the drift between your ranks; the next compute() that every"
-            " rank calls on the same epoch is exact again."
-        )
-    elif ticket.prefix.endswith(".0.0/"):
-        msg = (
-            f"{ticket.what} on {me} waited at the sync of {ticket.identity!r}, but another rank reset the metric and"
-            " synced in the next epoch without calling compute() in this one. Nothing was exchanged, and its states"
-            f" were left as they were. {ticket.fix}"
-        )
-    elif ticket.prefix.endswith(".0/"):
-        msg = (
-            f"{ticket.what} on {me} synced a second time in this epoch (a compute() after new updates), but the other"
-            f" ranks have moved on to a later sync of {ticket.identity!r} (the next epoch, or later states): this"
-            " rank called compute() more often in this epoch than they did (e.g. in the middle of the epoch, on"
-            " some ranks only). Nothing was exchanged, and its states were left as they were. Call compute() at the"
-            " same points on every rank."
-        )
-    else:
-        msg = (
-            f"{ticket.what} on {me} was called again on the same states (with compute_with_cache=False, or after an"
-            f" error, every call syncs), but the other ranks have moved on to a later sync of {ticket.identity!r}"
-            " (reset(), or new updates and a later compute()). Nothing was exchanged, and its states were left as"
-            " they were. Call compute() the same number of times on every rank."
-        )
-    raise MetricSyncError(msg)
-
-
-def _raise_missing(ticket: Ticket, arrived_as: int, collect: int, late: bool, late_by: float | None) -> None:
-    """Raise on a rank that took part in an abandoned sync, naming the ranks that never arrived.
-
-    Each such rank writes its arrival slot; the first rank that gave up (``collect``: how many had arrived by then)
-    reads the slots and publishes the missing ranks, so that every rank's message names them.
-    """
-    layout, store = ticket.layout, ticket.store
-    ticket.store_op(store.set, f"{ticket.prefix}at/{arrived_as}", str(layout.rank))
-    if collect:
-        slots = [f"at/{i}" for i in range(1, collect + 1)]
-        ticket.wait_keys(slots, _ERROR_PATH_WAIT)
-        present = {
-            int(ticket.store_op(store.get, ticket.prefix + s))
-            for s in slots
-            if ticket.store_op(store.check, [ticket.prefix + s])
-        }
-        missing = [r for r in range(layout.world) if r not in present]
-        ticket.store_op(store.set, ticket.prefix + "missing", json.dumps(missing))
-    missing_ranks: list[int] = []
-    if ticket.wait_keys(["missing"], _ERROR_PATH_WAIT):
-        missing_ranks = json.loads(ticket.store_op(store.get, ticket.prefix + "missing"))
-    me = layout.describe(layout.rank)
-    absent = layout.describe_all(missing_ranks) if missing_ranks else "some rank"
-    timeout = ticket.timeout
-    if late:
-        how = "" if late_by is None else f"{late_by:.1f} s late, "
-        msg = (
-            f"{ticket.what} on {me} arrived after the other ranks had stopped waiting"
-            f" ({how}sync_timeout={timeout:g} s), so that sync of {ticket.identity!r} was abandoned on every rank. It"
-            f" waited for them to sync the same states again, but {absent} never arrived. Its states were left as"
-            f" they were. {ticket.fix}"
-        )
-    else:
-        msg = (
-            f"{ticket.what} on {me} waited {timeout:g} s for the other ranks of its process group at the sync of"
-            f" {ticket.identity!r}, but {absent} never arrived. {ticket.fix}"
-        )
-    err = MetricSyncError(msg)
-    err.missing_ranks = missing_ranks
-    raise err
-
-
-def _raise_mismatch(ticket: Ticket, record: Callable[[], dict[str, Any]]) -> None:
-    """Raise the same error on every rank: which fields of the ranks' records differ, and each rank's value."""
-    layout, store = ticket.layout, ticket.store
-    ticket.store_op(store.set, f"{ticket.prefix}rec/{layout.rank}", json.dumps(record(), sort_keys=True))
-    if layout.rank == 0:
-        keys = [f"rec/{r}" for r in range(layout.world)]
-        why = "(the ranks' descriptions could not be collected)"
-        if ticket.wait_keys(keys, _ERROR_PATH_WAIT):
-            records = [json.loads(v) for v in ticket.store_op(store.multi_get, [ticket.prefix + k for k in keys])]
-            why = describe_differences(records, layout)
-        ticket.store_op(store.set, ticket.prefix + "why", why)
-    why = "(rank 0 did not explain the difference)"
-    if ticket.wait_keys(["why"], _ERROR_PATH_WAIT):
-        why = ticket.store_op(store.get, ticket.prefix + "why").decode()
-    msg = (
-        f"{ticket.what} ({ticket.identity!r}): the ranks disagree on {why}\nConstruct the metric with the same"
-        " arguments on every rank and feed it inputs of the same kind."
-    )
-    raise MetricSyncError(msg)
-
-
-def describe_differences(records: list[dict[str, Any]], layout: GroupLayout) -> str:
-    """``"`max_fpr` (config), so ...:"`` plus one line per rank with its values of the differing fields."""
-    differing: list[tuple[str, str]] = []
-    for section in sorted({s for r in records for s in r}):
-        fields = sorted({f for r in records for f in r.get(section, {})})
-        for name in fields:
-            values = [json.dumps(r.get(section, {}).get(name)) for r in records]
-            if len(set(values)) > 1:
-                differing.append((section, name))
-    names = ", ".join(f"`{name}` ({section})" for section, name in differing) or "their description"
-    rows = [
-        f"  {layout.describe(r)}: "
-        + "{"
-        + ", ".join(f"{name!r}: {rec.get(section, {}).get(name)!r}" for section, name in differing)
-        + "}"
-        for r, rec in enumerate(records)
-    ]
-    return f"{names}, so their states cannot be combined:\n" + "\n".join(rows)
 
 
 def _forget_previous(ticket: Ticket, scope: Scope) -> None:

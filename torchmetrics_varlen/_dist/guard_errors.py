@@ -1,0 +1,135 @@
+"""The guard's errors on the check-in: a rank left behind (late, or calling again on states the others do not sync
+again), ranks that never arrived, and ranks whose configurations differ. Each message says what happened, on which
+rank, and what to do; the same on every rank that can know.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from torchmetrics_varlen._dist.errors import MetricSyncError
+from torchmetrics_varlen._dist.group import GroupLayout
+from torchmetrics_varlen._dist.ticket import ERROR_PATH_WAIT, Ticket
+
+
+def raise_left_behind(ticket: Ticket, late: bool, late_by: float | None, timeout: float | None) -> None:
+    """Raise on a rank whose states the other ranks will not sync: they moved on to later states or a new epoch."""
+    me = ticket.layout.describe(ticket.layout.rank)
+    limit = "sync_timeout=None" if timeout is None else f"sync_timeout={timeout:g} s"
+    if late:
+        how = "" if late_by is None else f"{late_by:.1f} s late, "
+        msg = (
+            f"{ticket.what} on {me} arrived after the other ranks had stopped waiting ({how}{limit}), so that"
+            f" sync of {ticket.identity!r} was abandoned, and they have moved on (reset(), or new updates and a"
+            " later compute()): this rank was late, or the others called compute() earlier (in the middle of the"
+            " epoch). Its states cannot be combined with theirs: nothing was exchanged, and its states were left"
+            " as they were. Keep sync_timeout above the drift between your ranks; the next compute() that every"
+            " rank calls on the same epoch is exact again."
+        )
+    elif ticket.prefix.endswith(".0.0/"):
+        msg = (
+            f"{ticket.what} on {me} waited at the sync of {ticket.identity!r}, but another rank reset the metric and"
+            " synced in the next epoch without calling compute() in this one. Nothing was exchanged, and its states"
+            f" were left as they were. {ticket.fix}"
+        )
+    elif ticket.prefix.endswith(".0/"):
+        msg = (
+            f"{ticket.what} on {me} synced a second time in this epoch (a compute() after new updates), but the other"
+            f" ranks have moved on to a later sync of {ticket.identity!r} (the next epoch, or later states): this"
+            " rank called compute() more often in this epoch than they did (e.g. in the middle of the epoch, on"
+            " some ranks only). Nothing was exchanged, and its states were left as they were. Call compute() at the"
+            " same points on every rank."
+        )
+    else:
+        msg = (
+            f"{ticket.what} on {me} was called again on the same states (with compute_with_cache=False, or after an"
+            f" error, every call syncs), but the other ranks have moved on to a later sync of {ticket.identity!r}"
+            " (reset(), or new updates and a later compute()). Nothing was exchanged, and its states were left as"
+            " they were. Call compute() the same number of times on every rank."
+        )
+    raise MetricSyncError(msg)
+
+
+def raise_missing(ticket: Ticket, arrived_as: int, collect: int, late: bool, late_by: float | None) -> None:
+    """Raise on a rank that took part in an abandoned sync, naming the ranks that never arrived.
+
+    Each such rank writes its arrival slot; the first rank that gave up (``collect``: how many had arrived by then)
+    reads the slots and publishes the missing ranks, so that every rank's message names them.
+    """
+    layout, store = ticket.layout, ticket.store
+    ticket.store_op(store.set, f"{ticket.prefix}at/{arrived_as}", str(layout.rank))
+    if collect:
+        slots = [f"at/{i}" for i in range(1, collect + 1)]
+        ticket.wait_keys(slots, ERROR_PATH_WAIT)
+        present = {
+            int(ticket.store_op(store.get, ticket.prefix + s))
+            for s in slots
+            if ticket.store_op(store.check, [ticket.prefix + s])
+        }
+        missing = [r for r in range(layout.world) if r not in present]
+        ticket.store_op(store.set, ticket.prefix + "missing", json.dumps(missing))
+    missing_ranks: list[int] = []
+    if ticket.wait_keys(["missing"], ERROR_PATH_WAIT):
+        missing_ranks = json.loads(ticket.store_op(store.get, ticket.prefix + "missing"))
+    me = layout.describe(layout.rank)
+    absent = layout.describe_all(missing_ranks) if missing_ranks else "some rank"
+    timeout = ticket.timeout
+    if late:
+        how = "" if late_by is None else f"{late_by:.1f} s late, "
+        msg = (
+            f"{ticket.what} on {me} arrived after the other ranks had stopped waiting"
+            f" ({how}sync_timeout={timeout:g} s), so that sync of {ticket.identity!r} was abandoned on every rank. It"
+            f" waited for them to sync the same states again, but {absent} never arrived. Its states were left as"
+            f" they were. {ticket.fix}"
+        )
+    else:
+        msg = (
+            f"{ticket.what} on {me} waited {timeout:g} s for the other ranks of its process group at the sync of"
+            f" {ticket.identity!r}, but {absent} never arrived. {ticket.fix}"
+        )
+    err = MetricSyncError(msg)
+    err.missing_ranks = missing_ranks
+    raise err
+
+
+def raise_mismatch(ticket: Ticket, record: Callable[[], dict[str, Any]]) -> None:
+    """Raise the same error on every rank: which fields of the ranks' records differ, and each rank's value."""
+    layout, store = ticket.layout, ticket.store
+    ticket.store_op(store.set, f"{ticket.prefix}rec/{layout.rank}", json.dumps(record(), sort_keys=True))
+    if layout.rank == 0:
+        keys = [f"rec/{r}" for r in range(layout.world)]
+        why = "(the ranks' descriptions could not be collected)"
+        if ticket.wait_keys(keys, ERROR_PATH_WAIT):
+            records = [json.loads(v) for v in ticket.store_op(store.multi_get, [ticket.prefix + k for k in keys])]
+            why = describe_differences(records, layout)
+        ticket.store_op(store.set, ticket.prefix + "why", why)
+    why = "(rank 0 did not explain the difference)"
+    if ticket.wait_keys(["why"], ERROR_PATH_WAIT):
+        why = ticket.store_op(store.get, ticket.prefix + "why").decode()
+    msg = (
+        f"{ticket.what} ({ticket.identity!r}): the ranks disagree on {why}\nConstruct the metric with the same"
+        " arguments on every rank and feed it inputs of the same kind."
+    )
+    raise MetricSyncError(msg)
+
+
+def describe_differences(records: list[dict[str, Any]], layout: GroupLayout) -> str:
+    """``"`max_fpr` (config), so ...:"`` plus one line per rank with its values of the differing fields."""
+    differing: list[tuple[str, str]] = []
+    for section in sorted({s for r in records for s in r}):
+        fields = sorted({f for r in records for f in r.get(section, {})})
+        for name in fields:
+            values = [json.dumps(r.get(section, {}).get(name)) for r in records]
+            if len(set(values)) > 1:
+                differing.append((section, name))
+    names = ", ".join(f"`{name}` ({section})" for section, name in differing) or "their description"
+    rows = [
+        f"  {layout.describe(r)}: "
+        + "{"
+        + ", ".join(f"{name!r}: {rec.get(section, {}).get(name)!r}" for section, name in differing)
+        + "}"
+        for r, rec in enumerate(records)
+    ]
+    return f"{names}, so their states cannot be combined:\n" + "\n".join(rows)
