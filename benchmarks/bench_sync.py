@@ -7,7 +7,9 @@ Each rank holds N / W samples (float32 scores, int64 labels as users pass them).
 - ``varlen sync``: ``metric.sync(); metric.unsync()`` (check-in on the store, one packed exchange, unpack);
 - ``torchmetrics sync``: the same for ``BinaryAUROC``;
 - ``compute`` of ``VarlenAUROC`` three ways: every rank gathers everything (default), ``compute_on_rank=0``, and
-  ``compute_sharded=True``; and of ``BinaryAUROC``.
+  ``compute_sharded=True``; and of ``BinaryAUROC``;
+- ``--batch B`` (default 256; 0: skip): the same data fed to ``VarlenAUROC`` in batches of B, as a validation loop
+  does, its sync and compute against the same data fed in one piece (``B / piece``).
 
 Peak memory is measured separately, in fresh processes per variant (allocator caches would otherwise hide it), after
 a warm-up ``compute()`` on 1,000 samples per rank: the peak RSS during one ``compute()`` above the level just before
@@ -56,13 +58,17 @@ def _setup(rank: int, world: int, port: int, n: int) -> tuple[torch.Tensor, torc
     return preds, target
 
 
-def _timing_rank(rank: int, world: int, port: int, n: int, repeats: int, out: str) -> None:
+def _timing_rank(rank: int, world: int, port: int, n: int, repeats: int, batch: int, out: str) -> None:
     preds, target = _setup(rank, world, port, n)
     from _measure import median_time
 
     metrics = {name: _metric(name) for name in COMPUTES}
     for metric in metrics.values():
         metric.update(preds, target)
+    if batch:
+        metrics["batched"] = _metric("varlen")
+        for start in range(0, preds.numel(), batch):
+            metrics["batched"].update(preds[start : start + batch], target[start : start + batch])
     payload = preds.numel() * (4 + 1)  # float32 score + bool label per sample
     buf = torch.zeros(payload, dtype=torch.uint8)
 
@@ -90,6 +96,8 @@ def _timing_rank(rank: int, world: int, port: int, n: int, repeats: int, out: st
     timed = [("bare", bare), ("varlen sync", sync(metrics["varlen"]))]
     timed += [("torchmetrics sync", sync(metrics["torchmetrics"]))]
     timed += [(f"{name} compute", fresh(metrics[name])) for name in COMPUTES]
+    if batch:
+        timed += [("batched sync", sync(metrics["batched"])), ("batched compute", fresh(metrics["batched"]))]
     for name, fn in timed:
         dist.barrier()
         row[name] = median_time(fn, repeats)
@@ -139,11 +147,12 @@ def main() -> None:
     parser.add_argument("--world-sizes", default="2,4")
     parser.add_argument("--num-samples", type=int, default=4_000_000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=256, help="also feed the data in batches of this size (0: no)")
     parser.add_argument("--json", default=None, help="also write the rows to this file")
     args = parser.parse_args()
     results = []
     for world in [int(w) for w in args.world_sizes.split(",")]:
-        rows = _spawn(_timing_rank, world, args.num_samples, args.repeats)
+        rows = _spawn(_timing_rank, world, args.num_samples, args.repeats, args.batch)
         for variant in COMPUTES:
             for row, mem in zip(rows, _spawn(_memory_rank, world, args.num_samples, variant), strict=True):
                 row[f"{variant} peak"] = mem["extra"]
@@ -162,6 +171,15 @@ def main() -> None:
             f" {r['varlen sharded compute'] / r['varlen compute']:12.2f}"
             f" {r['varlen compute'] / r['torchmetrics compute']:9.2f}"
         )
+    if args.batch:
+        print(f"\nFed in batches of {args.batch} per rank, against the same data in one piece (seconds, ratios)")
+        print(f"{'W':>2} {'rank':>4} {'sync':>7} {'/piece':>6} {'/bare':>6} | {'compute':>7} {'/piece':>6}")
+        for r in results:
+            print(
+                f"{r['world']:>2} {r['rank']:>4} {r['batched sync']:7.4f} {r['batched sync'] / r['varlen sync']:6.2f}"
+                f" {r['batched sync'] / r['bare']:6.2f} | {r['batched compute']:7.4f}"
+                f" {r['batched compute'] / r['varlen compute']:6.2f}"
+            )
     print("\nPeak extra RSS during compute() (fresh processes), as a multiple of the gathered payload (N * 5 bytes)")
     print(f"{'W':>2} {'rank':>4} {'gather':>7} {'on r0':>7} {'sharded':>7} {'tm':>7} | {'shard/gather':>12}")
     for r in results:
