@@ -349,6 +349,29 @@ def validate_inputs(
         check_binary_normalization(scores, normalization)
 
 
+def _score_range(preds: Tensor, labels: Tensor | None, top: int) -> tuple[float, float] | None:
+    """The lowest and highest score of a non-empty batch, or ``None`` if some label is outside ``[0, top]``.
+
+    One ``aminmax`` per tensor. On the CPU each end is read on its own (cheapest there); on a device every end is
+    read with one ``tolist()``, one sync for the batch. The labels' ends are read as float64 there: exact for labels
+    up to 2**53, and the rounding above keeps every comparison with ``0`` and ``top``.
+    """
+    if preds.device.type == "cpu" or (labels is not None and labels.device != preds.device):
+        if labels is not None and labels.numel():
+            low, high = torch.aminmax(labels)
+            if not (int(low) >= 0 and int(high) <= top):
+                return None
+        lowest, highest = torch.aminmax(preds)
+        return float(lowest), float(highest)
+    ends = torch.stack(torch.aminmax(preds)).double()
+    if labels is not None and labels.numel():
+        ends = torch.cat((ends, torch.stack(torch.aminmax(labels)).double()))
+    values = ends.tolist()
+    if len(values) == 4 and not (values[2] >= 0 and values[3] <= top):
+        return None
+    return values[0], values[1]
+
+
 def check_inputs(
     preds: Tensor,
     target: Tensor,
@@ -375,19 +398,14 @@ def check_inputs(
     ):
         width = (num_classes or 2) if task == "multiclass" else ((num_labels or 1) if task == "multilabel" else 1)
         _check_shapes(preds, target, task, width)
+        if not preds.numel():  # then the labels are empty too (the shapes match)
+            return True
         top = width - 1 if task == "multiclass" else 1
-        labels_ok = True
-        if target.dtype != torch.bool and target.numel():
-            low, high = torch.aminmax(target)
-            labels_ok = int(low) >= 0 and int(high) <= top
-        if labels_ok:
-            if not preds.numel():
-                return True
-            lowest, highest = (float(v) for v in torch.aminmax(preds))
-            if math.isfinite(lowest) and math.isfinite(highest):
-                in_unit = lowest >= 0 and highest <= 1
-                if in_unit or task != "binary" or normalization != "softmax":
-                    return in_unit
+        ends = _score_range(preds, None if target.dtype == torch.bool else target, top)
+        if ends is not None and math.isfinite(ends[0]) and math.isfinite(ends[1]):
+            in_unit = ends[0] >= 0 and ends[1] <= 1
+            if in_unit or task != "binary" or normalization != "softmax":
+                return in_unit
     validate_inputs(preds, target, task, num_classes, num_labels, ignore_index, normalization)
     return None
 

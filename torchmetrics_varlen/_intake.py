@@ -117,6 +117,25 @@ def stored_weight_mode(metric: Any) -> str | None:
     return "weights" if _has_rows(metric.weight, synced) else ("none" if _has_rows(metric.preds, synced) else None)
 
 
+def _mode_kept(metric: Any, name: str, given: bool) -> bool:
+    """Whether a batch that gives (``given``) or does not give the column ``name`` (``ids``: ``sample_ids``,
+    ``weight``: ``sample_weight``) surely keeps the epoch's mode, told without working the mode out; ``False``: ask
+    the ledger (:meth:`~torchmetrics_varlen._ledger.Ledger.check_mode`, which raises or not).
+
+    Exact mode, before a sync: the column's list state holds batches exactly when the epoch gives it. Summed modes:
+    ids never reach here (refused before); the sums are float64 exactly when the epoch is weighted.
+    """
+    if metric._summed is not None:
+        if name == "ids":
+            return not given
+        summed: Tensor = getattr(metric, metric._summed)
+        return (summed.dtype == torch.float64) == given
+    column = getattr(metric, name)
+    if type(column) is list and not metric._is_synced:
+        return bool(column) == given
+    return False
+
+
 def check_batch(
     metric: Any,
     preds: Tensor,
@@ -144,15 +163,17 @@ def check_batch(
             " and 16-bit modes keep only counts. Use `dataset_size=` to drop DistributedSampler padding there."
         )
         raise ValueError(msg)
-    m._ledger.check_mode(m._dedup_mode(), sample_ids is not None)
+    if not _mode_kept(m, "ids", sample_ids is not None):
+        m._ledger.check_mode(m._dedup_mode(), sample_ids is not None)
     if sample_weight is not None:
         if not m._takes_weights:
             msg = f"{type(m).__name__} does not take `sample_weight`."
             raise ValueError(msg)
         check_sample_weight(sample_weight, preds, target, m.task)
-    m._ledger.check_mode(
-        m._weight_mode(), sample_weight is not None, argument="sample_weight", tail=" The batch was not added."
-    )
+    if m._takes_weights and not _mode_kept(m, "weight", sample_weight is not None):
+        m._ledger.check_mode(
+            m._weight_mode(), sample_weight is not None, argument="sample_weight", tail=" The batch was not added."
+        )
     return in_unit
 
 
@@ -204,16 +225,18 @@ def take_batch(
     ``sample_weight``, extras such as groups); the counters are the ledger's host-side counts (``_ledger.Counter``).
     """
     m, ledger = metric, metric._ledger
-    start = ledger.position(m) if start is None else start
     try:
         in_unit = check_batch(m, preds, target, sample_ids, extras, sample_weight)
     except (ValueError, TypeError):
         m._update_count -= 1  # the failed call must not count as an update either
+        start = ledger.position(m) if start is None else start
         ledger.reject(m, start, (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0)
         raise  # its rows still took their sampler positions (``sync_report.rejected`` counts them)
     SHARED_SYNCS.clear()
     rows = preds.shape[0] if preds.ndim else 1
-    keep = rows if sample_ids is not None else ledger.kept_rows(start, rows, m.process_group)
+    keep = rows
+    if sample_ids is None and ledger.dataset_size is not None:  # the checks leave the counters as they were
+        keep = ledger.kept_rows(ledger.position(m) if start is None else start, rows, m.process_group)
     if keep < rows:
         preds, target = preds[:keep], target[:keep]
         extras = {k: v[:keep] for k, v in extras.items()}
@@ -237,8 +260,7 @@ def take_batch(
         count_into(m.mode, _owned_sum(m), scores, labels, m.task, m.thresholds)
     else:  # float64 sums of weights, added out of place (one addition order, whatever the batch sizes)
         setattr(m, m._summed, getattr(m, m._summed) + _weighted_count(m, scores, labels, expanded["weight"]))
-    ledger.bump("num_samples", scores.shape[0])
-    ledger.accept(m, start, rows, keep)
+    ledger.taken(rows, keep, scores.shape[0])
 
 
 # torchmetrics' own switches: they change how a metric syncs or where it keeps its states, not what it computes.

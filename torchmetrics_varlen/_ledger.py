@@ -159,6 +159,22 @@ class Ledger:
         """Count a batch that was taken: ``rows`` dealt, ``kept`` of them real."""
         self.add(host, rows=rows, padding=rows - kept)
 
+    def taken(self, rows: int, kept: int, stored: int) -> None:
+        """Count a batch that a package metric took (:meth:`accept` and the ``num_samples`` counter in one call, per
+        batch): ``rows`` dealt, ``kept`` of them real, ``stored`` samples stored.
+        """
+        pending = self.pending
+        if self.counters is None:
+            self.own = [self.own[0] + rows, self.own[1] + rows - kept, self.own[2]]
+        else:
+            seen, padding, _ = self.counters
+            if rows:
+                pending[seen] = pending.get(seen, 0) + rows
+            if rows != kept:
+                pending[padding] = pending.get(padding, 0) + rows - kept
+        if stored:
+            pending["num_samples"] = pending.get("num_samples", 0) + stored
+
     def reject(self, host: Any, start: int, rows: int) -> None:
         """Count a batch that ``update()`` refused: nothing stored, but its rows took their sampler positions."""
         self.add(host, rejected=rows)

@@ -74,9 +74,11 @@ def format_inputs(
             labels = torch.where(labels == ignore_index, torch.full_like(labels, -1), labels)
         if normalization is not None and not within(scores, 0, 1):
             scores = scores.sigmoid()
-        return scores, labels.to(torch.int8), None
-    scores = _classes_last(preds) if task == "multiclass" else preds.reshape(-1)
-    labels = target.reshape(-1)
+        return scores, labels.char(), None
+    # ``.bool()`` / ``.long()`` rather than ``.to(dtype)``: the same conversion (none when the dtype is already
+    # right), with less per-call overhead; 1-D tensors are taken as they are (a reshape would be a view of them).
+    scores = _classes_last(preds) if task == "multiclass" else (preds if preds.ndim == 1 else preds.reshape(-1))
+    labels = target if target.ndim == 1 else target.reshape(-1)
     kept = None
     if ignore_index is not None:
         kept = labels != ignore_index
@@ -84,11 +86,11 @@ def format_inputs(
     if task == "multiclass":
         if normalization is not None and not within(scores, 0, 1):
             scores = scores.softmax(dim=1)
-        return scores, labels.to(torch.int64), kept
+        return scores, labels.long(), kept
     if normalization is not None and not within(scores, 0, 1):
         check_binary_normalization(scores, normalization)
         scores = scores.sigmoid()
-    return scores, labels.to(torch.bool), kept
+    return scores, labels.bool(), kept
 
 
 def rows_by_class(rows: tuple[Tensor, Tensor], task: str) -> list[tuple[Tensor, Tensor]]:
