@@ -356,7 +356,7 @@ def _score_range(preds: Tensor, labels: Tensor | None, top: int) -> tuple[float,
     read with one ``tolist()``, one sync for the batch. The labels' ends are read as float64 there: exact for labels
     up to 2**53, and the rounding above keeps every comparison with ``0`` and ``top``.
     """
-    if preds.device.type == "cpu" or (labels is not None and labels.device != preds.device):
+    if preds.is_cpu or (labels is not None and labels.device != preds.device):
         if labels is not None and labels.numel():
             low, high = torch.aminmax(labels)
             if not (int(low) >= 0 and int(high) <= top):
@@ -411,11 +411,12 @@ def check_inputs(
 
 
 def validate_sample_ids(
-    sample_ids: Tensor, shape: torch.Size, *, name: str = "sample_ids", non_negative: bool = True
+    sample_ids: Tensor, shape: torch.Size, *, name: str = "sample_ids", non_negative: bool = True, high: bool = True
 ) -> tuple[int, int] | None:
     """Check per-sample integers (ids, groups): one per element (``shape``) or one per row (``(shape[0],)``).
 
-    With ``non_negative``, returns the lowest and highest value (one ``aminmax``), ``None`` if there are none.
+    With ``non_negative``, returns the lowest and highest value (one ``aminmax``; without ``high``, one ``min`` and
+    the highest reported as the lowest), ``None`` if there are none.
     """
     if not isinstance(sample_ids, Tensor):
         msg = f"Expected `{name}` to be an integer tensor, but got {type(sample_ids).__name__}."
@@ -423,20 +424,28 @@ def validate_sample_ids(
     if sample_ids.is_floating_point() or sample_ids.is_complex() or sample_ids.dtype == torch.bool:
         msg = f"Expected `{name}` to be an integer tensor, one value per sample, but got dtype {sample_ids.dtype}."
         raise ValueError(msg)
-    rows = shape[0] if len(shape) else 1
-    if sample_ids.shape != shape and tuple(sample_ids.shape) != (rows,):
-        msg = (
-            f"Expected `{name}` to have the sample shape {tuple(shape)} or one value per row ({rows},),"
-            f" but got {tuple(sample_ids.shape)}."
-        )
-        raise ValueError(msg)
+    if sample_ids.shape != shape:
+        rows = shape[0] if len(shape) else 1
+        if tuple(sample_ids.shape) != (rows,):
+            msg = (
+                f"Expected `{name}` to have the sample shape {tuple(shape)} or one value per row ({rows},),"
+                f" but got {tuple(sample_ids.shape)}."
+            )
+            raise ValueError(msg)
     if not non_negative or not sample_ids.numel():
         return None
-    low, high = (int(v) for v in torch.aminmax(sample_ids))
+    if not high:
+        low = int(sample_ids.min())
+        highest = low
+    elif sample_ids.is_cpu:
+        ends = torch.aminmax(sample_ids)
+        low, highest = int(ends[0]), int(ends[1])
+    else:  # both ends with one read: one device sync
+        low, highest = torch.stack(torch.aminmax(sample_ids)).tolist()
     if low < 0:
         msg = f"Expected `{name}` to be >= 0, but found {low}."
         raise ValueError(msg)
-    return low, high
+    return low, highest
 
 
 def validate_metric_args(

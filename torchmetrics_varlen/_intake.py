@@ -37,22 +37,29 @@ def sample_shape(task: str, preds: Tensor, target: Tensor) -> torch.Size:
 
 
 _ZEROS: dict[torch.device, Tensor] = {}
+_ZERO_VIEWS: dict[tuple[torch.device, int], Tensor] = {}  # the views handed out, by device and length
 
 
 def _zeros(n: int, device: torch.device) -> Tensor:
     """``n`` int32 zeros (the ``ids_sub`` of one-element samples): a view of one shared buffer per device, not an
-    allocation per batch (stored pieces are never modified in place).
+    allocation per batch (stored pieces are never modified in place); the view itself is made once per length.
     """
+    view = _ZERO_VIEWS.get((device, n))
+    if view is not None:
+        return view
     zeros = _ZEROS.get(device)
     if zeros is None or zeros.numel() < n:
         zeros = _ZEROS[device] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
-    return zeros[:n]
+    if len(_ZERO_VIEWS) >= 256:  # many batch sizes: start over rather than grow without bound
+        _ZERO_VIEWS.clear()
+    view = _ZERO_VIEWS[(device, n)] = zeros[:n]
+    return view
 
 
 def _per_element(values: Tensor, shape: torch.Size) -> tuple[Tensor, Tensor]:
     """Expand per-row ``values`` over a sample shape: ``(flat values, position within the row)``."""
     if values.shape == shape:
-        flat = values.reshape(-1)
+        flat = values if values.ndim == 1 else values.reshape(-1)
         return flat, _zeros(flat.shape[0], flat.device)
     width = math.prod(shape[1:])
     flat = values.repeat_interleave(width)
@@ -64,12 +71,17 @@ def expand_per_sample(
     extras: dict[str, Tensor], sample_ids: Tensor | None, shape: torch.Size, device: torch.device
 ) -> dict[str, Tensor]:
     """Per-sample integer states (``ids`` with ``ids_sub``, extras such as groups), one value per element."""
+    if sample_ids is not None and not extras:  # the common case, without the loop
+        ids = sample_ids.long() if sample_ids.device == device else sample_ids.to(device=device, dtype=torch.int64)
+        flat, sub = _per_element(ids, shape)
+        return {"ids": flat, "ids_sub": sub}
     per_row = dict(extras)
     if sample_ids is not None:
         per_row["ids"] = sample_ids
     expanded: dict[str, Tensor] = {}
     for name, values in per_row.items():
-        flat, sub = _per_element(values.to(device=device, dtype=torch.int64), shape)
+        values = values.long() if values.device == device else values.to(device=device, dtype=torch.int64)
+        flat, sub = _per_element(values, shape)
         expanded[name] = flat
         if name == "ids":
             expanded["ids_sub"] = sub
@@ -154,7 +166,8 @@ def check_batch(
         if sample_ids is not None or extras:
             shape = sample_shape(m.task, preds, target)
             if sample_ids is not None:
-                m._ledger.check_ids(sample_ids, validate_sample_ids(sample_ids, shape))
+                need_high = m._ledger.dataset_size is not None  # the highest id is checked against it
+                m._ledger.check_ids(sample_ids, validate_sample_ids(sample_ids, shape, high=need_high))
             for name, values in extras.items():
                 validate_sample_ids(values, shape, name=name, non_negative=False)
     if sample_ids is not None and m._summed is not None:
