@@ -71,8 +71,12 @@ def expand_per_sample(
     extras: dict[str, Tensor], sample_ids: Tensor | None, shape: torch.Size, device: torch.device
 ) -> dict[str, Tensor]:
     """Per-sample integer states (``ids`` with ``ids_sub``, extras such as groups), one value per element."""
-    if sample_ids is not None and not extras:  # the common case, without the loop
-        ids = sample_ids.long() if sample_ids.device == device else sample_ids.to(device=device, dtype=torch.int64)
+    if sample_ids is not None and not extras:  # the common case (int64 ids, one per sample), without the loop
+        ids = sample_ids
+        if ids.dtype != torch.int64 or ids.device != device:
+            ids = ids.to(device=device, dtype=torch.int64)
+        if ids.ndim == 1 and ids.shape == shape:
+            return {"ids": ids, "ids_sub": _zeros(ids.shape[0], device)}
         flat, sub = _per_element(ids, shape)
         return {"ids": flat, "ids_sub": sub}
     per_row = dict(extras)
@@ -387,7 +391,10 @@ def check_growth(metric: Metric, before: dict[str, int], rows: int | None) -> No
     per sample. ``before`` holds the lengths of the list states before the update.
     """
     for name, value in list_states(metric).items():
-        new = value[before.get(name, 0) :]
+        first = before.get(name, 0)
+        if rows is None and (len(value) == first or (len(value) == first + 1 and isinstance(value[-1], Tensor))):
+            continue  # the common update: one tensor appended, or nothing
+        new = value[first:]
         bad = next((e for e in new if not isinstance(e, Tensor)), None)
         if bad is not None:
             msg = (
