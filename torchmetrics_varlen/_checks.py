@@ -349,14 +349,19 @@ def validate_inputs(
         check_binary_normalization(scores, normalization)
 
 
-def _score_range(preds: Tensor, labels: Tensor | None, top: int) -> tuple[float, float] | None:
+def _score_range(
+    preds: Tensor, labels: Tensor | None, top: int, fused: bool | None = None
+) -> tuple[float, float] | None:
     """The lowest and highest score of a non-empty batch, or ``None`` if some label is outside ``[0, top]``.
 
-    One ``aminmax`` per tensor. On the CPU each end is read on its own (cheapest there); on a device every end is
-    read with one ``tolist()``, one sync for the batch. The labels' ends are read as float64 there: exact for labels
-    up to 2**53, and the rounding above keeps every comparison with ``0`` and ``top``.
+    One ``aminmax`` per tensor. On the CPU each end is read on its own (cheapest there); on a device (``fused``, by
+    default when ``preds`` is not on the CPU) every end is read with one ``tolist()``, one sync for the batch. The
+    labels' ends are read as float64 there: exact up to 2**53, and the rounding above keeps every comparison with
+    ``0`` and a ``top`` below 2**53 (a larger one, and labels on another device, take the separate reads).
     """
-    if preds.is_cpu or (labels is not None and labels.device != preds.device):
+    if fused is None:
+        fused = not preds.is_cpu
+    if not fused or (labels is not None and (labels.device != preds.device or top >= 2**53)):
         if labels is not None and labels.numel():
             low, high = torch.aminmax(labels)
             if not (int(low) >= 0 and int(high) <= top):
