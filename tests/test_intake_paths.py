@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from torchmetrics_varlen import VarlenAUROC, VarlenMulticlassAUROC
-from torchmetrics_varlen._checks import _score_range, check_inputs, validate_sample_ids
+from torchmetrics_varlen._checks import _score_range, check_inputs, host_pair, validate_sample_ids, within
 from torchmetrics_varlen._intake import _zeros
 
 _SCORES = {
@@ -127,3 +127,23 @@ def test_mode_switches_raise_after_many_batches(thresholds: object) -> None:
         with pytest.raises(ValueError, match="this update has no `sample_ids` but earlier updates had"):
             ids.update(preds[30:], target[30:])
     assert plain.rejected == 10 + (10 if thresholds is None else 0)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        torch.tensor([0.1, 0.9], dtype=torch.float16),
+        torch.tensor([0.1, 0.9], dtype=torch.bfloat16),
+        torch.tensor([0.1, math.nan]),
+        torch.tensor([-math.inf, 1.0], dtype=torch.float64),
+        torch.tensor([-(2**63), 2**63 - 1]),
+        torch.tensor([0, 2], dtype=torch.int8),
+    ],
+)
+def test_both_ends_read_together_are_the_ends_read_one_by_one(values: torch.Tensor) -> None:
+    """The device path of ``within`` and of the ids range (one read) gives the numbers of the CPU path exactly."""
+    ends = torch.aminmax(values)
+    apart, together = host_pair(ends, one_read=False), host_pair(ends, one_read=True)
+    assert [type(v) for v in apart] == [type(v) for v in together]
+    assert _same(apart, together)
+    assert within(values, 0, 1) == (apart[0] >= 0 and apart[1] <= 1)

@@ -30,16 +30,27 @@ SCALAR_AVERAGES = {
 CURVE_AVERAGES = {"multiclass": ("micro", "macro", None), "multilabel": (None,)}
 
 
+def host_pair(ends: tuple[Tensor, Tensor], *, one_read: bool) -> tuple[Any, Any]:
+    """Two 0-d tensors (an ``aminmax``) as Python numbers, exactly: read one by one (cheapest on the CPU) or, with
+    ``one_read`` (on a device: one sync instead of two), stacked and read together.
+    """
+    if one_read:
+        low, high = torch.stack(ends).tolist()
+        return low, high
+    return ends[0].item(), ends[1].item()
+
+
 def within(x: Tensor | Sequence[Tensor], low: float, high: float, *, closed: bool = True) -> bool:
     """Whether every value of ``x`` (a tensor or pieces of one) lies in ``[low, high]`` (``[low, high)`` unless
-    ``closed``); NaN never does. One ``aminmax`` pass per piece.
+    ``closed``); NaN never does. One ``aminmax`` pass per piece (on a device, both ends read with one sync).
     """
     exact = isinstance(low, int) and isinstance(high, int)  # bounds every dtype holds: compared on the host
     for piece in [x] if isinstance(x, Tensor) else x:
         if piece.numel():
-            lowest, highest = torch.aminmax(piece)
+            ends = torch.aminmax(piece)
+            lowest, highest = ends
             if exact:
-                lo, hi = lowest.item(), highest.item()  # exact in Python (NaN: every comparison False)
+                lo, hi = host_pair(ends, one_read=not piece.is_cpu)  # exact in Python (NaN: every comparison False)
                 if not (lo >= low and (hi <= high if closed else hi < high)):
                     return False
             elif not (bool(lowest >= low) and bool(highest <= high if closed else highest < high)):
@@ -440,13 +451,9 @@ def validate_sample_ids(
     if not non_negative or not sample_ids.numel():
         return None
     if not high:
-        low = int(sample_ids.min())
-        highest = low
-    elif sample_ids.is_cpu:
-        ends = torch.aminmax(sample_ids)
-        low, highest = int(ends[0]), int(ends[1])
-    else:  # both ends with one read: one device sync
-        low, highest = torch.stack(torch.aminmax(sample_ids)).tolist()
+        low = highest = int(sample_ids.min())
+    else:
+        low, highest = host_pair(torch.aminmax(sample_ids), one_read=not sample_ids.is_cpu)
     if low < 0:
         msg = f"Expected `{name}` to be >= 0, but found {low}."
         raise ValueError(msg)
