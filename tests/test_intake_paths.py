@@ -147,3 +147,36 @@ def test_both_ends_read_together_are_the_ends_read_one_by_one(values: torch.Tens
     assert [type(v) for v in apart] == [type(v) for v in together]
     assert _same(apart, together)
     assert within(values, 0, 1) == (apart[0] >= 0 and apart[1] <= 1)
+
+
+@pytest.mark.parametrize("validate_args", [True, False])
+def test_a_logit_in_a_dropped_padding_row_does_not_normalise_the_kept_rows(validate_args: bool) -> None:
+    """The [0, 1] test of the checks covers the whole batch; after the padding cut the kept rows decide."""
+    metric = VarlenAUROC(dataset_size=3, validate_args=validate_args)
+    metric.update(torch.tensor([0.2, 0.8, 0.6, 5.0]), torch.tensor([0, 1, 1, 0]))  # row 4 is sampler padding
+    assert torch.equal(metric.preds[0], torch.tensor([0.2, 0.8, 0.6]))
+    logits = VarlenAUROC(dataset_size=3, validate_args=validate_args)
+    logits.update(torch.tensor([0.2, 3.0, 0.6, 5.0]), torch.tensor([0, 1, 1, 0]))
+    assert torch.equal(logits.preds[0], torch.tensor([0.2, 3.0, 0.6]).sigmoid())
+
+
+@pytest.mark.parametrize("task", ["binary", "multiclass", "multilabel"])
+def test_logit_batches_are_normalised_as_before(task: str) -> None:
+    """Scores the checks found outside [0, 1] get the normalisation without a second test: the same stored rows."""
+    gen = torch.Generator().manual_seed(3)
+    if task == "binary":
+        metric, preds = VarlenAUROC(), torch.randn(50, generator=gen) * 3
+        target = torch.randint(0, 2, (50,), generator=gen)
+        expected = preds.sigmoid()
+    elif task == "multiclass":
+        metric, preds = VarlenMulticlassAUROC(num_classes=4), torch.randn(50, 4, generator=gen) * 3
+        target = torch.randint(0, 4, (50,), generator=gen)
+        expected = preds.softmax(dim=1)
+    else:
+        from torchmetrics_varlen import VarlenMultilabelAUROC
+
+        metric, preds = VarlenMultilabelAUROC(num_labels=4), torch.randn(50, 4, generator=gen) * 3
+        target = torch.randint(0, 2, (50, 4), generator=gen)
+        expected = preds.sigmoid()
+    metric.update(preds, target)
+    assert torch.equal(metric.preds[0], expected)

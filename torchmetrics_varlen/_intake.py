@@ -258,14 +258,14 @@ def take_batch(
         preds, target = preds[:keep], target[:keep]
         extras = {k: v[:keep] for k, v in extras.items()}
         sample_weight = None if sample_weight is None else sample_weight[:keep]  # a padded row drops its weight
+        in_unit = in_unit or None  # a score outside [0, 1] may have been in a dropped row
     expanded: dict[str, Tensor] = {}
     if extras or sample_ids is not None:
         expanded = expand_per_sample(extras, sample_ids, sample_shape(m.task, preds, target), preds.device)
     if sample_weight is not None:
         expanded["weight"] = check_sample_weight(sample_weight, preds, target, m.task)
-    # Scores known to lie in [0, 1] stay as they are: the normalisation's own [0, 1] test would say the same.
-    norm = None if in_unit else m.normalization
-    scores, labels, kept = format_inputs(preds, target, m.task, m.ignore_index, norm)
+    # Whether the scores lie in [0, 1], when the checks read it: the normalisation's own test would say the same.
+    scores, labels, kept = format_inputs(preds, target, m.task, m.ignore_index, m.normalization, in_unit)
     if kept is not None and expanded:
         expanded = {k: v[kept] for k, v in expanded.items()}
     if m._summed is None:
