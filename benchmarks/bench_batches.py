@@ -10,7 +10,8 @@ Nothing is asserted: the ratios are the result.
 
 ``--dataset-size`` / ``--sample-ids`` add the update cost of our class built with ``dataset_size=N`` / fed
 ``sample_ids`` (with ``validate_args=True``), against torchmetrics' plain update (it has neither);
-``--update-only`` skips ``compute()`` (faster, for the update columns).
+``--update-only`` skips ``compute()`` (faster, for the update columns); ``--interleave`` alternates the classes
+run by run (steadier ratios on a loaded host).
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ def _cases() -> dict[str, tuple[str, Callable[[bool], Any], Callable[[bool], Any
 
 CLOCK = time.perf_counter  # --clock cpu: time.process_time (CPU seconds of this process: steadier on a loaded host)
 COMPUTE = True  # --update-only sets it False
+INTERLEAVE = False  # --interleave: one run of each variant per round
 
 
 def _run(make: Callable[[bool], Any], batches: list[tuple[Any, ...]], validate: bool) -> tuple[float, float]:
@@ -132,6 +134,18 @@ def _run(make: Callable[[bool], Any], batches: list[tuple[Any, ...]], validate: 
 def _median(make: Callable[[bool], Any], batches: list[tuple[Any, ...]], validate: bool, repeats: int) -> list[float]:
     runs = [_run(make, batches, validate) for _ in range(repeats)]
     return [statistics.median(r[i] for r in runs) for i in range(2)]
+
+
+def _medians(
+    makers: list[Callable[[bool], Any]], batches: list[list[tuple[Any, ...]]], validate: bool, repeats: int
+) -> list[list[float]]:
+    """:func:`_median` of each maker (with its batches); with ``--interleave`` one run of each per round, so that a
+    loaded host slows them alike.
+    """
+    if not INTERLEAVE:
+        return [_median(m, b, validate, repeats) for m, b in zip(makers, batches, strict=True)]
+    rounds = [[_run(m, b, validate) for m, b in zip(makers, batches, strict=True)] for _ in range(repeats)]
+    return [[statistics.median(r[k][i] for r in rounds) for i in range(2)] for k in range(len(makers))]
 
 
 def _with_dataset_size(make: Callable[[bool], Any], n: int) -> Callable[[bool], Any]:
@@ -187,15 +201,18 @@ def measure(name: str, n: int, sizes: list[int], repeats: int, dedup: tuple[str,
         batches = split(b)
         row: dict[str, Any] = {"class": name, "n": n, "batch": b, "one_piece_compute_s": one_piece}
         for validate in (True, False):
-            upd, comp = _median(ours, batches, validate, repeats)
-            row[f"ours_update_s_{validate}"], row[f"ours_compute_s_{validate}"] = upd, comp
+            makers, feeds, keys = [ours], [batches], ["ours"]
             if theirs is not None:
-                upd, comp = _median(theirs, batches, validate, repeats)
-                row[f"tm_update_s_{validate}"], row[f"tm_compute_s_{validate}"] = upd, comp
-        if "dataset_size" in dedup:
-            row["ours_update_s_ds"] = _median(_with_dataset_size(ours, n), batches, True, repeats)[0]
-        if "sample_ids" in dedup and " bfloat16" not in name:  # ids need the exact mode
-            row["ours_update_s_ids"] = _median(ours, split(b, with_ids=True), True, repeats)[0]
+                makers, feeds, keys = [*makers, theirs], [*feeds, batches], [*keys, "tm"]
+            if validate and "dataset_size" in dedup:
+                makers, feeds, keys = [*makers, _with_dataset_size(ours, n)], [*feeds, batches], [*keys, "ds"]
+            if validate and "sample_ids" in dedup and " bfloat16" not in name:  # ids need the exact mode
+                makers, feeds, keys = [*makers, ours], [*feeds, split(b, with_ids=True)], [*keys, "ids"]
+            for key, (upd, comp) in zip(keys, _medians(makers, feeds, validate, repeats), strict=True):
+                if key in ("ds", "ids"):
+                    row[f"ours_update_s_{key}"] = upd
+                else:
+                    row[f"{key}_update_s_{validate}"], row[f"{key}_compute_s_{validate}"] = upd, comp
         rows.append(row)
     return rows
 
@@ -219,8 +236,12 @@ def main() -> None:
     parser.add_argument("--dataset-size", action="store_true", help="also: update with dataset_size=N")
     parser.add_argument("--sample-ids", action="store_true", help="also: update with sample_ids")
     parser.add_argument("--update-only", action="store_true", help="skip compute()")
+    parser.add_argument(
+        "--interleave", action="store_true", help="alternate ours, torchmetrics' and the variants run by run"
+    )
     args = parser.parse_args()
-    global CLOCK, COMPUTE
+    global CLOCK, COMPUTE, INTERLEAVE
+    INTERLEAVE = args.interleave
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.clock == "cpu":

@@ -30,16 +30,27 @@ SCALAR_AVERAGES = {
 CURVE_AVERAGES = {"multiclass": ("micro", "macro", None), "multilabel": (None,)}
 
 
+def host_pair(ends: tuple[Tensor, Tensor], *, one_read: bool) -> tuple[Any, Any]:
+    """Two 0-d tensors (an ``aminmax``) as Python numbers, exactly: read one by one (cheapest on the CPU) or, with
+    ``one_read`` (on a device: one sync instead of two), stacked and read together.
+    """
+    if one_read:
+        low, high = torch.stack(ends).tolist()
+        return low, high
+    return ends[0].item(), ends[1].item()
+
+
 def within(x: Tensor | Sequence[Tensor], low: float, high: float, *, closed: bool = True) -> bool:
     """Whether every value of ``x`` (a tensor or pieces of one) lies in ``[low, high]`` (``[low, high)`` unless
-    ``closed``); NaN never does. One ``aminmax`` pass per piece.
+    ``closed``); NaN never does. One ``aminmax`` pass per piece (on a device, both ends read with one sync).
     """
     exact = isinstance(low, int) and isinstance(high, int)  # bounds every dtype holds: compared on the host
     for piece in [x] if isinstance(x, Tensor) else x:
         if piece.numel():
-            lowest, highest = torch.aminmax(piece)
+            ends = torch.aminmax(piece)
+            lowest, highest = ends
             if exact:
-                lo, hi = lowest.item(), highest.item()  # exact in Python (NaN: every comparison False)
+                lo, hi = host_pair(ends, one_read=not piece.is_cpu)  # exact in Python (NaN: every comparison False)
                 if not (lo >= low and (hi <= high if closed else hi < high)):
                     return False
             elif not (bool(lowest >= low) and bool(highest <= high if closed else highest < high)):
@@ -349,6 +360,34 @@ def validate_inputs(
         check_binary_normalization(scores, normalization)
 
 
+def _score_range(
+    preds: Tensor, labels: Tensor | None, top: int, fused: bool | None = None
+) -> tuple[float, float] | None:
+    """The lowest and highest score of a non-empty batch, or ``None`` if some label is outside ``[0, top]``.
+
+    One ``aminmax`` per tensor. On the CPU each end is read on its own (cheapest there); on a device (``fused``, by
+    default when ``preds`` is not on the CPU) every end is read with one ``tolist()``, one sync for the batch. The
+    labels' ends are read as float64 there: exact up to 2**53, and the rounding above keeps every comparison with
+    ``0`` and a ``top`` below 2**53 (a larger one, and labels on another device, take the separate reads).
+    """
+    if fused is None:
+        fused = not preds.is_cpu
+    if not fused or (labels is not None and (labels.device != preds.device or top >= 2**53)):
+        if labels is not None and labels.numel():
+            low, high = torch.aminmax(labels)
+            if not (int(low) >= 0 and int(high) <= top):
+                return None
+        lowest, highest = torch.aminmax(preds)
+        return float(lowest), float(highest)
+    ends = torch.stack(torch.aminmax(preds)).double()
+    if labels is not None and labels.numel():
+        ends = torch.cat((ends, torch.stack(torch.aminmax(labels)).double()))
+    values = ends.tolist()
+    if len(values) == 4 and not (values[2] >= 0 and values[3] <= top):
+        return None
+    return values[0], values[1]
+
+
 def check_inputs(
     preds: Tensor,
     target: Tensor,
@@ -375,29 +414,25 @@ def check_inputs(
     ):
         width = (num_classes or 2) if task == "multiclass" else ((num_labels or 1) if task == "multilabel" else 1)
         _check_shapes(preds, target, task, width)
+        if not preds.numel():  # then the labels are empty too (the shapes match)
+            return True
         top = width - 1 if task == "multiclass" else 1
-        labels_ok = True
-        if target.dtype != torch.bool and target.numel():
-            low, high = torch.aminmax(target)
-            labels_ok = int(low) >= 0 and int(high) <= top
-        if labels_ok:
-            if not preds.numel():
-                return True
-            lowest, highest = (float(v) for v in torch.aminmax(preds))
-            if math.isfinite(lowest) and math.isfinite(highest):
-                in_unit = lowest >= 0 and highest <= 1
-                if in_unit or task != "binary" or normalization != "softmax":
-                    return in_unit
+        ends = _score_range(preds, None if target.dtype == torch.bool else target, top)
+        if ends is not None and math.isfinite(ends[0]) and math.isfinite(ends[1]):
+            in_unit = ends[0] >= 0 and ends[1] <= 1
+            if in_unit or task != "binary" or normalization != "softmax":
+                return in_unit
     validate_inputs(preds, target, task, num_classes, num_labels, ignore_index, normalization)
     return None
 
 
 def validate_sample_ids(
-    sample_ids: Tensor, shape: torch.Size, *, name: str = "sample_ids", non_negative: bool = True
+    sample_ids: Tensor, shape: torch.Size, *, name: str = "sample_ids", non_negative: bool = True, high: bool = True
 ) -> tuple[int, int] | None:
     """Check per-sample integers (ids, groups): one per element (``shape``) or one per row (``(shape[0],)``).
 
-    With ``non_negative``, returns the lowest and highest value (one ``aminmax``), ``None`` if there are none.
+    With ``non_negative``, returns the lowest and highest value (one ``aminmax``; without ``high``, one ``min`` and
+    the highest reported as the lowest), ``None`` if there are none.
     """
     if not isinstance(sample_ids, Tensor):
         msg = f"Expected `{name}` to be an integer tensor, but got {type(sample_ids).__name__}."
@@ -405,20 +440,24 @@ def validate_sample_ids(
     if sample_ids.is_floating_point() or sample_ids.is_complex() or sample_ids.dtype == torch.bool:
         msg = f"Expected `{name}` to be an integer tensor, one value per sample, but got dtype {sample_ids.dtype}."
         raise ValueError(msg)
-    rows = shape[0] if len(shape) else 1
-    if sample_ids.shape != shape and tuple(sample_ids.shape) != (rows,):
-        msg = (
-            f"Expected `{name}` to have the sample shape {tuple(shape)} or one value per row ({rows},),"
-            f" but got {tuple(sample_ids.shape)}."
-        )
-        raise ValueError(msg)
+    if sample_ids.shape != shape:
+        rows = shape[0] if len(shape) else 1
+        if tuple(sample_ids.shape) != (rows,):
+            msg = (
+                f"Expected `{name}` to have the sample shape {tuple(shape)} or one value per row ({rows},),"
+                f" but got {tuple(sample_ids.shape)}."
+            )
+            raise ValueError(msg)
     if not non_negative or not sample_ids.numel():
         return None
-    low, high = (int(v) for v in torch.aminmax(sample_ids))
+    if not high:
+        low = highest = int(sample_ids.min())
+    else:
+        low, highest = host_pair(torch.aminmax(sample_ids), one_read=not sample_ids.is_cpu)
     if low < 0:
         msg = f"Expected `{name}` to be >= 0, but found {low}."
         raise ValueError(msg)
-    return low, high
+    return low, highest
 
 
 def validate_metric_args(

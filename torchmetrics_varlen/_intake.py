@@ -37,22 +37,29 @@ def sample_shape(task: str, preds: Tensor, target: Tensor) -> torch.Size:
 
 
 _ZEROS: dict[torch.device, Tensor] = {}
+_ZERO_VIEWS: dict[tuple[torch.device, int], Tensor] = {}  # the views handed out, by device and length
 
 
 def _zeros(n: int, device: torch.device) -> Tensor:
     """``n`` int32 zeros (the ``ids_sub`` of one-element samples): a view of one shared buffer per device, not an
-    allocation per batch (stored pieces are never modified in place).
+    allocation per batch (stored pieces are never modified in place); the view itself is made once per length.
     """
+    view = _ZERO_VIEWS.get((device, n))
+    if view is not None:
+        return view
     zeros = _ZEROS.get(device)
     if zeros is None or zeros.numel() < n:
         zeros = _ZEROS[device] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
-    return zeros[:n]
+    if len(_ZERO_VIEWS) >= 256:  # many batch sizes: start over rather than grow without bound
+        _ZERO_VIEWS.clear()
+    view = _ZERO_VIEWS[(device, n)] = zeros[:n]
+    return view
 
 
 def _per_element(values: Tensor, shape: torch.Size) -> tuple[Tensor, Tensor]:
     """Expand per-row ``values`` over a sample shape: ``(flat values, position within the row)``."""
     if values.shape == shape:
-        flat = values.reshape(-1)
+        flat = values if values.ndim == 1 else values.reshape(-1)
         return flat, _zeros(flat.shape[0], flat.device)
     width = math.prod(shape[1:])
     flat = values.repeat_interleave(width)
@@ -64,12 +71,21 @@ def expand_per_sample(
     extras: dict[str, Tensor], sample_ids: Tensor | None, shape: torch.Size, device: torch.device
 ) -> dict[str, Tensor]:
     """Per-sample integer states (``ids`` with ``ids_sub``, extras such as groups), one value per element."""
+    if sample_ids is not None and not extras:  # the common case (int64 ids, one per sample), without the loop
+        ids = sample_ids
+        if ids.dtype != torch.int64 or ids.device != device:
+            ids = ids.to(device=device, dtype=torch.int64)
+        if ids.ndim == 1 and ids.shape == shape:
+            return {"ids": ids, "ids_sub": _zeros(ids.shape[0], device)}
+        flat, sub = _per_element(ids, shape)
+        return {"ids": flat, "ids_sub": sub}
     per_row = dict(extras)
     if sample_ids is not None:
         per_row["ids"] = sample_ids
     expanded: dict[str, Tensor] = {}
     for name, values in per_row.items():
-        flat, sub = _per_element(values.to(device=device, dtype=torch.int64), shape)
+        values = values.long() if values.device == device else values.to(device=device, dtype=torch.int64)
+        flat, sub = _per_element(values, shape)
         expanded[name] = flat
         if name == "ids":
             expanded["ids_sub"] = sub
@@ -117,6 +133,25 @@ def stored_weight_mode(metric: Any) -> str | None:
     return "weights" if _has_rows(metric.weight, synced) else ("none" if _has_rows(metric.preds, synced) else None)
 
 
+def _mode_kept(metric: Any, name: str, given: bool) -> bool:
+    """Whether a batch that gives (``given``) or does not give the column ``name`` (``ids``: ``sample_ids``,
+    ``weight``: ``sample_weight``) surely keeps the epoch's mode, told without working the mode out; ``False``: ask
+    the ledger (:meth:`~torchmetrics_varlen._ledger.Ledger.check_mode`, which raises or not).
+
+    Exact mode, before a sync: the column's list state holds batches exactly when the epoch gives it. Summed modes:
+    ids never reach here (refused before); the sums are float64 exactly when the epoch is weighted.
+    """
+    if metric._summed is not None:
+        if name == "ids":
+            return not given
+        summed: Tensor = getattr(metric, metric._summed)
+        return (summed.dtype == torch.float64) == given
+    column = getattr(metric, name)
+    if type(column) is list and not metric._is_synced:
+        return bool(column) == given
+    return False
+
+
 def check_batch(
     metric: Any,
     preds: Tensor,
@@ -135,7 +170,8 @@ def check_batch(
         if sample_ids is not None or extras:
             shape = sample_shape(m.task, preds, target)
             if sample_ids is not None:
-                m._ledger.check_ids(sample_ids, validate_sample_ids(sample_ids, shape))
+                need_high = m._ledger.dataset_size is not None  # the highest id is checked against it
+                m._ledger.check_ids(sample_ids, validate_sample_ids(sample_ids, shape, high=need_high))
             for name, values in extras.items():
                 validate_sample_ids(values, shape, name=name, non_negative=False)
     if sample_ids is not None and m._summed is not None:
@@ -144,15 +180,17 @@ def check_batch(
             " and 16-bit modes keep only counts. Use `dataset_size=` to drop DistributedSampler padding there."
         )
         raise ValueError(msg)
-    m._ledger.check_mode(m._dedup_mode(), sample_ids is not None)
+    if not _mode_kept(m, "ids", sample_ids is not None):
+        m._ledger.check_mode(m._dedup_mode(), sample_ids is not None)
     if sample_weight is not None:
         if not m._takes_weights:
             msg = f"{type(m).__name__} does not take `sample_weight`."
             raise ValueError(msg)
         check_sample_weight(sample_weight, preds, target, m.task)
-    m._ledger.check_mode(
-        m._weight_mode(), sample_weight is not None, argument="sample_weight", tail=" The batch was not added."
-    )
+    if m._takes_weights and not _mode_kept(m, "weight", sample_weight is not None):
+        m._ledger.check_mode(
+            m._weight_mode(), sample_weight is not None, argument="sample_weight", tail=" The batch was not added."
+        )
     return in_unit
 
 
@@ -204,28 +242,30 @@ def take_batch(
     ``sample_weight``, extras such as groups); the counters are the ledger's host-side counts (``_ledger.Counter``).
     """
     m, ledger = metric, metric._ledger
-    start = ledger.position(m) if start is None else start
     try:
         in_unit = check_batch(m, preds, target, sample_ids, extras, sample_weight)
     except (ValueError, TypeError):
         m._update_count -= 1  # the failed call must not count as an update either
+        start = ledger.position(m) if start is None else start
         ledger.reject(m, start, (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0)
         raise  # its rows still took their sampler positions (``sync_report.rejected`` counts them)
     SHARED_SYNCS.clear()
     rows = preds.shape[0] if preds.ndim else 1
-    keep = rows if sample_ids is not None else ledger.kept_rows(start, rows, m.process_group)
+    keep = rows
+    if sample_ids is None and ledger.dataset_size is not None:  # the checks leave the counters as they were
+        keep = ledger.kept_rows(ledger.position(m) if start is None else start, rows, m.process_group)
     if keep < rows:
         preds, target = preds[:keep], target[:keep]
         extras = {k: v[:keep] for k, v in extras.items()}
         sample_weight = None if sample_weight is None else sample_weight[:keep]  # a padded row drops its weight
+        in_unit = in_unit or None  # a score outside [0, 1] may have been in a dropped row
     expanded: dict[str, Tensor] = {}
     if extras or sample_ids is not None:
         expanded = expand_per_sample(extras, sample_ids, sample_shape(m.task, preds, target), preds.device)
     if sample_weight is not None:
         expanded["weight"] = check_sample_weight(sample_weight, preds, target, m.task)
-    # Scores known to lie in [0, 1] stay as they are: the normalisation's own [0, 1] test would say the same.
-    norm = None if in_unit else m.normalization
-    scores, labels, kept = format_inputs(preds, target, m.task, m.ignore_index, norm)
+    # Whether the scores lie in [0, 1], when the checks read it: the normalisation's own test would say the same.
+    scores, labels, kept = format_inputs(preds, target, m.task, m.ignore_index, m.normalization, in_unit)
     if kept is not None and expanded:
         expanded = {k: v[kept] for k, v in expanded.items()}
     if m._summed is None:
@@ -237,8 +277,7 @@ def take_batch(
         count_into(m.mode, _owned_sum(m), scores, labels, m.task, m.thresholds)
     else:  # float64 sums of weights, added out of place (one addition order, whatever the batch sizes)
         setattr(m, m._summed, getattr(m, m._summed) + _weighted_count(m, scores, labels, expanded["weight"]))
-    ledger.bump("num_samples", scores.shape[0])
-    ledger.accept(m, start, rows, keep)
+    ledger.taken(rows, keep, scores.shape[0])
 
 
 # torchmetrics' own switches: they change how a metric syncs or where it keeps its states, not what it computes.
@@ -352,7 +391,10 @@ def check_growth(metric: Metric, before: dict[str, int], rows: int | None) -> No
     per sample. ``before`` holds the lengths of the list states before the update.
     """
     for name, value in list_states(metric).items():
-        new = value[before.get(name, 0) :]
+        first = before.get(name, 0)
+        if rows is None and (len(value) == first or (len(value) == first + 1 and isinstance(value[-1], Tensor))):
+            continue  # the common update: one tensor appended, or nothing
+        new = value[first:]
         bad = next((e for e in new if not isinstance(e, Tensor)), None)
         if bad is not None:
             msg = (

@@ -144,6 +144,10 @@ class Ledger:
         if self.counters is None:
             return self.own[0] + self.own[2] - self.origin
         seen, _, rejected = self.counters
+        known, pending = self.known, self.pending
+        if seen in known and rejected in known:  # per batch: no call
+            rows = known[seen] + pending.get(seen, 0) + known[rejected] + pending.get(rejected, 0)
+            return rows - self.origin
         return self.count(host, seen) + self.count(host, rejected) - self.origin
 
     def kept_rows(self, start: int, rows: int, process_group: Any) -> int:
@@ -157,7 +161,23 @@ class Ledger:
 
     def accept(self, host: Any, start: int, rows: int, kept: int) -> None:
         """Count a batch that was taken: ``rows`` dealt, ``kept`` of them real."""
-        self.add(host, rows=rows, padding=rows - kept)
+        self.taken(rows, kept, 0)
+
+    def taken(self, rows: int, kept: int, stored: int) -> None:
+        """Count a batch that a package metric took (:meth:`accept` and the ``num_samples`` counter in one call, per
+        batch): ``rows`` dealt, ``kept`` of them real, ``stored`` samples stored.
+        """
+        pending = self.pending
+        if self.counters is None:
+            self.own = [self.own[0] + rows, self.own[1] + rows - kept, self.own[2]]
+        else:
+            seen, padding, _ = self.counters
+            if rows:
+                pending[seen] = pending.get(seen, 0) + rows
+            if rows != kept:
+                pending[padding] = pending.get(padding, 0) + rows - kept
+        if stored:
+            pending["num_samples"] = pending.get("num_samples", 0) + stored
 
     def reject(self, host: Any, start: int, rows: int) -> None:
         """Count a batch that ``update()`` refused: nothing stored, but its rows took their sampler positions."""

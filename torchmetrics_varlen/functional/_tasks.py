@@ -58,7 +58,12 @@ def _classes_last(x: Tensor) -> Tensor:
 
 
 def format_inputs(
-    preds: Tensor, target: Tensor, task: str, ignore_index: int | None, normalization: Normalization
+    preds: Tensor,
+    target: Tensor,
+    task: str,
+    ignore_index: int | None,
+    normalization: Normalization,
+    in_unit: bool | None = None,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """A batch in its stored form, plus the mask of the flattened sample positions kept (``None``: all).
 
@@ -67,28 +72,35 @@ def format_inputs(
     become ties, exactly as in torchmetrics); multiclass rows get a softmax over the classes (not monotone per
     class, so applied exactly as torchmetrics does, whatever ``normalization`` names); multilabel scores get the
     sigmoid when any score of the batch (ignored entries included) is outside [0, 1].
+
+    ``in_unit``: whether every score of the batch lies in [0, 1], when the caller already knows it (the input checks
+    read it without ``ignore_index``); ``None``: tested here.
     """
+    if in_unit is not None and ignore_index is not None:
+        in_unit = None  # known for the whole batch; the test below is on the kept scores
     if task == "multilabel":
         scores, labels = _classes_last(preds), _classes_last(target)
         if ignore_index is not None:
             labels = torch.where(labels == ignore_index, torch.full_like(labels, -1), labels)
-        if normalization is not None and not within(scores, 0, 1):
+        if normalization is not None and not (within(scores, 0, 1) if in_unit is None else in_unit):
             scores = scores.sigmoid()
-        return scores, labels.to(torch.int8), None
-    scores = _classes_last(preds) if task == "multiclass" else preds.reshape(-1)
-    labels = target.reshape(-1)
+        return scores, labels.char(), None
+    # ``.bool()`` / ``.long()`` rather than ``.to(dtype)``: the same conversion (none when the dtype is already
+    # right), with less per-call overhead; 1-D tensors are taken as they are (a reshape would be a view of them).
+    scores = _classes_last(preds) if task == "multiclass" else (preds if preds.ndim == 1 else preds.reshape(-1))
+    labels = target if target.ndim == 1 else target.reshape(-1)
     kept = None
     if ignore_index is not None:
         kept = labels != ignore_index
         scores, labels = scores[kept], labels[kept]
     if task == "multiclass":
-        if normalization is not None and not within(scores, 0, 1):
+        if normalization is not None and not (within(scores, 0, 1) if in_unit is None else in_unit):
             scores = scores.softmax(dim=1)
-        return scores, labels.to(torch.int64), kept
-    if normalization is not None and not within(scores, 0, 1):
+        return scores, labels.long(), kept
+    if normalization is not None and not (within(scores, 0, 1) if in_unit is None else in_unit):
         check_binary_normalization(scores, normalization)
         scores = scores.sigmoid()
-    return scores, labels.to(torch.bool), kept
+    return scores, labels.bool(), kept
 
 
 def rows_by_class(rows: tuple[Tensor, Tensor], task: str) -> list[tuple[Tensor, Tensor]]:
