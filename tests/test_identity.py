@@ -314,3 +314,55 @@ def _check_rounds(outcomes: list[Any], epochs: list[int], kind: str) -> None:
         assert "never arrived" in alone["error"]
         for rank in range(world):
             _exact(outcomes[rank][2 * i + 1], [(epoch, 1, r) for r in range(world)], (kind, rank, i))
+
+
+# ----------------------------------------------------------------------------- two metrics
+
+
+def case_two_metrics(rank: int, world: int, fault: str) -> list[dict[str, Any]]:
+    """Metrics ``a`` and ``b`` computed in that order each epoch (reset between epochs); in epoch 1 one call misses
+    (``late``: the last rank LATE seconds late for ``a``; ``extra``: rank 0 computes ``a`` twice without cache;
+    ``mid``: rank 0 computes ``a`` after its first batch too). Records carry the metric's index.
+    """
+    metrics = [VarlenAUROC(sync_timeout=TIMEOUT, compute_with_cache=fault != "extra") for _ in range(2)]
+    out: list[dict[str, Any]] = []
+    for epoch in range(4):
+        if epoch == 0:
+            dist.barrier()
+        for m, metric in enumerate(metrics):
+            metric.reset()
+            metric.update(*_batch(10 * epoch + m, 0, rank))
+            if epoch == 1 and fault == "mid" and rank == 0 and m == 0:
+                out.append({**_call("varlen", metric), "metric": m, "epoch": epoch, "fault": True})
+            metric.update(*_batch(10 * epoch + m, 1, rank))
+        for m, metric in enumerate(metrics):
+            if epoch == 1 and m == 0 and fault == "late" and rank == world - 1:
+                time.sleep(LATE)
+            out.append({**_call("varlen", metric), "metric": m, "epoch": epoch})
+            if epoch == 1 and m == 0 and fault == "extra" and rank == 0:
+                out.append({**_call("varlen", metric), "metric": m, "epoch": epoch, "fault": True})
+    return out
+
+
+@pytest.mark.parametrize("fault", ["late", "extra", "mid"])
+def test_one_missed_call_with_two_metrics_fails_alone(pool: DistPool, fault: str) -> None:
+    """The missed call (and, when late, the calls that waited for it) fails; every other call of both metrics is
+    exact, the other metric's call of the same epoch included: the rank that missed never waits for a sync that the
+    others have left, so it is not late for the next one as well (a cascade that once failed every later sync).
+    """
+    world = 2
+    outcomes = pool.values(case_two_metrics, world, fault, pg_timeout=60)
+    for rank, records in enumerate(outcomes):
+        for record in records:
+            epoch, m = record["epoch"], record["metric"]
+            if record.get("fault"):
+                if fault == "extra":  # the extra call itself; a mid-epoch call may pair (see test above)
+                    assert "value" not in record, record
+                continue
+            missed = fault in ("late", "mid") and epoch == 1 and m == 0
+            if missed and (fault == "late" or rank == 0):
+                assert "value" not in record, (rank, record)
+                continue
+            if missed:  # rank 1's end-of-epoch call of a: paired with rank 0's mid-epoch call, or an error
+                continue
+            _exact(record, [(10 * epoch + m, p, r) for r in range(world) for p in (0, 1)], (fault, rank, epoch, m))

@@ -28,7 +28,7 @@ from torchmetrics import Metric
 
 from torchmetrics_varlen._dist.exchange import Gathered, Mode, SyncRequest, check_in_states, exchange_states
 from torchmetrics_varlen._dist.group import GroupLayout, distributed_available
-from torchmetrics_varlen._dist.guard import new_identity
+from torchmetrics_varlen._dist.guard import identity_qualifier, new_identity
 
 
 @dataclass
@@ -114,6 +114,7 @@ class GuardedMetric(Metric):
     _config: dict[str, Any]
     _sync_base: str
     _sync_identity: str
+    _sync_qualifier: str = ""
     _pending_sync: Gathered | None = None
     _sync_epoch: int = 0  # reset() calls so far (not forward()'s internal ones): the epoch of the metric's syncs
     _sync_in_forward: int = 0  # forward() calls under way: their reset() is no new epoch
@@ -124,13 +125,15 @@ class GuardedMetric(Metric):
             msg = f"Expected argument `sync_key` to be a non-empty string without '/', or None, but got {sync_key!r}."
             raise ValueError(msg)
         self._sync_base = sync_key or self._sync_name()
-        self._sync_identity = new_identity(self._sync_base)
+        # Metrics on a subgroup or that never sync on compute() count apart: other ranks may not create them.
+        self._sync_qualifier = identity_qualifier(self.process_group, self.sync_on_compute)
+        self._sync_identity = new_identity(self._sync_base, self._sync_qualifier)
         self._pending_sync = None
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """A copy (``deepcopy``, ``clone``, unpickling in a spawned process) is a new metric: a new identity."""
         super().__setstate__(state)
-        self._sync_identity = new_identity(self._sync_base)
+        self._sync_identity = new_identity(self._sync_base, getattr(self, "_sync_qualifier", ""))
 
     # ------------------------------------------------------------------ hooks
 

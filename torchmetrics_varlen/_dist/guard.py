@@ -46,7 +46,7 @@ from torchmetrics_varlen._dist.guard_errors import (
 from torchmetrics_varlen._dist.ticket import ERROR_PATH_WAIT, Ticket, lost_store
 from torchmetrics_varlen._dist.works import release_finished
 
-__all__ = ["Place", "Scope", "Ticket", "check_in", "describe_differences", "new_identity"]
+__all__ = ["Place", "Scope", "Ticket", "check_in", "describe_differences", "identity_qualifier", "new_identity"]
 
 _ROOT = "torchmetrics_varlen/2"
 _COUNT = (1 << 20) - 1  # arrivals: bits 0-19 (W < 2**20)
@@ -127,16 +127,30 @@ def _scope() -> Scope:
     return _SCOPES.setdefault(_compat.default_group(), Scope())
 
 
-def new_identity(base: str) -> str:
-    """A sync identity for a new metric: ``base`` plus how many metrics with that base this process created.
+def new_identity(base: str, qualifier: str = "") -> str:
+    """A sync identity for a new metric: ``base`` (and ``qualifier``) plus how many metrics with that base and
+    qualifier this process created.
 
     Every rank that creates the same metrics in the same order gets the same identities; metrics created
-    dynamically in a rank-dependent order should pass their own key as ``base``.
+    dynamically in a rank-dependent order should pass their own key as ``base``. The ``qualifier`` keeps apart the
+    metrics that other ranks may not create at all (see :func:`identity_qualifier`), so that those never shift the
+    others' numbers.
     """
     scope = _scope()
-    count = scope.created.get(base, 0)
-    scope.created[base] = count + 1
-    return f"{base}#{count}"
+    counter = base + qualifier
+    count = scope.created.get(counter, 0)
+    scope.created[counter] = count + 1
+    return f"{counter}#{count}"
+
+
+def identity_qualifier(process_group: Any | None, sync_on_compute: bool) -> str:
+    """``"@<group>"`` for a metric on a process group other than the default one (only its members create it), and
+    ``":local"`` for one that does not sync on ``compute()`` (often created on one rank only); ``""`` otherwise.
+    """
+    qualifier = ""
+    if process_group is not None and distributed_available() and process_group is not _compat.default_group():
+        qualifier = "@" + _compat.process_group_name(process_group).replace("/", "_")
+    return qualifier if sync_on_compute else qualifier + ":local"
 
 
 def _store() -> Any:
@@ -212,6 +226,9 @@ def check_in(
     while True:
         scope.places[key] = place
         ticket = Ticket(layout, store, identity, f"{ns.prefix}{identity}/{place.tag}/", timeout, what, fix)
+        # Where this rank is now (one key per rank and incarnation, overwritten): a rank that may wait in vain reads
+        # the others' to see whether they are held at another sync (see _moved_on).
+        ticket.store_op(store.set, f"{ns.prefix}where/{layout.rank}", ticket.prefix)
         first = ticket.store_op(store.compare_set, ticket.prefix + "sig", "", signature)
         same = first == signature.encode()
         arrival = int(ticket.store_op(store.add, ticket.prefix + "n", 1 if same else 1 + _MISMATCH))
@@ -292,6 +309,8 @@ def _wait_decision(
         return ticket.wait_keys(["d"], seconds)
     deadline = None if seconds is None else time.monotonic() + seconds
     if grace:
+        if _moved_on(ticket, watch, place):  # held elsewhere already: blocking here would make this rank late there
+            return False
         first = _WATCH_GRACE if seconds is None else min(seconds, _WATCH_GRACE)
         if ticket.wait_keys(["d"], first):
             return True
@@ -309,9 +328,24 @@ def _wait_decision(
 
 
 def _moved_on(ticket: Ticket, ns: Namespace, place: Place) -> bool:
-    """Whether some rank checked in at a later place of this metric: new states in this epoch, or the next epoch."""
+    """Whether the other ranks will not come to this sync soon: some rank checked in at a later place of this metric
+    (new states in this epoch, or the next epoch), or some rank waits at another sync that has not decided yet (another
+    metric, or this metric's sync it entered first): it cannot come here before that one ends, and this rank is what
+    it may be waiting for, so waiting here would only make this rank late for it as well.
+    """
+    store = ticket.store
     base = f"{ns.prefix}{ticket.identity}/"
-    return any(ticket.store_op(ticket.store.check, [f"{base}{tag}/sig"]) for tag in place.later())
+    if any(ticket.store_op(store.check, [f"{base}{tag}/sig"]) for tag in place.later()):
+        return True
+    me = ticket.layout.rank
+    for rank in range(ticket.layout.world):
+        where = f"{ns.prefix}where/{rank}"
+        if rank == me or not ticket.store_op(store.check, [where]):
+            continue
+        there = ticket.store_op(store.get, where).decode()
+        if there != ticket.prefix and not ticket.store_op(store.check, [there + "d"]):
+            return True
+    return False
 
 
 def _abandoned_since(ticket: Ticket) -> float | None:
