@@ -23,39 +23,56 @@ from typing import Any
 import torch
 from torch import Tensor
 
-FAN_IN = 16  # pieces merged at a time
+FAN_IN = 64  # pieces merged at a time (torch.cat costs ~0.2 us per piece; its fixed cost is amortised over 64)
 MAX_ELEMENTS = 1 << 18  # elements of the scores a merged piece may hold (bigger batches need no merging)
 _KEY = "_varlen_pieces"  # (pieces appended since the count started, length of the row states after the last one)
+_NONE = (0, -1)
 
 
-def append_rows(metric: Any, rows: dict[str, Tensor]) -> None:
-    """Append one batch's piece to each row state named in ``rows`` (``preds`` first), then merge (module docstring).
-
-    Inside ``forward`` the batch goes to the batch's own states: :func:`count_piece` runs after they are merged back.
+def append_rows(metric: Any, scores: Tensor, labels: Tensor, columns: dict[str, Tensor]) -> None:
+    """Append one batch's piece to ``preds``, ``target`` and the other row states in ``columns``, then merge (module
+    docstring). Inside ``forward`` the batch goes to the batch's own states: :func:`count_piece` runs after they are
+    merged back.
     """
-    for name, value in rows.items():
+    preds = metric.preds
+    preds.append(scores)
+    metric.target.append(labels)
+    for name, value in columns.items():
         getattr(metric, name).append(value)
-    if not metric._in_forward:
-        count_piece(metric, tuple(rows))
+    if metric._in_forward:
+        return
+    state = metric.__dict__
+    count, known = state.get(_KEY, _NONE)
+    length = len(preds)
+    count = count + 1 if known == length - 1 else 1  # replaced states: count from this piece on
+    if count % FAN_IN == 0:
+        length = _merge(metric, ("preds", "target", *columns), count)
+    state[_KEY] = (count, length)
 
 
 def count_piece(metric: Any, names: tuple[str, ...]) -> None:
     """Count the piece just appended to the row states ``names`` (the first one: ``preds``) and merge every
-    :data:`FAN_IN` pieces. Row states of ``names`` that are empty are not row states of this epoch and are skipped.
+    :data:`FAN_IN` pieces (``forward``'s batch, once merged back into the states).
     """
     first = getattr(metric, names[0])
     if not isinstance(first, list):
         return
+    state = metric.__dict__
+    count, known = state.get(_KEY, _NONE)
     length = len(first)
-    count, known = metric.__dict__.get(_KEY, (0, -1))
-    count = count + 1 if known == length - 1 else 1  # replaced states: count from this piece on
+    count = count + 1 if known == length - 1 else 1
     if count % FAN_IN == 0:
-        lists = [s for n in names for s in (getattr(metric, n),) if isinstance(s, list) and s]
-        step = FAN_IN
-        while count % step == 0 and _merge_tail(lists):
-            step *= FAN_IN
-        length = len(first)
-    metric.__dict__[_KEY] = (count, length)
+        length = _merge(metric, names, count)
+    state[_KEY] = (count, length)
+
+
+def _merge(metric: Any, names: tuple[str, ...], count: int) -> int:
+    """Merge the tails of the row states ``names`` that hold pieces, level by level; the new number of pieces."""
+    lists = [s for n in names for s in (getattr(metric, n),) if isinstance(s, list) and s]
+    step = FAN_IN
+    while count % step == 0 and _merge_tail(lists):
+        step *= FAN_IN
+    return len(lists[0])
 
 
 def _merge_tail(lists: list[list[Tensor]]) -> bool:
@@ -65,7 +82,7 @@ def _merge_tail(lists: list[list[Tensor]]) -> bool:
     first = lists[0]
     if len(first) < FAN_IN or any(len(s) != len(first) for s in lists):
         return False
-    if sum(p.numel() for p in first[-FAN_IN:]) > MAX_ELEMENTS:
+    if sum(map(Tensor.numel, first[-FAN_IN:])) > MAX_ELEMENTS:
         return False
     try:
         merged = [torch.cat(s[-FAN_IN:]) for s in lists]

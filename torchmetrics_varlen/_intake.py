@@ -230,7 +230,7 @@ def take_batch(
     if kept is not None and expanded:
         expanded = {k: v[kept] for k, v in expanded.items()}
     if m._summed is None:
-        append_rows(m, {"preds": scores, "target": labels, **expanded})  # merged as they arrive (_coalesce.py)
+        append_rows(m, scores, labels, expanded)  # stored pieces merged as they arrive (_coalesce.py)
     elif sample_weight is None:
         count_into(m.mode, _owned_sum(m), scores, labels, m.task, m.thresholds)
     else:  # float64 sums of weights, added out of place (one addition order, whatever the batch sizes)
