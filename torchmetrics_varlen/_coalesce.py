@@ -14,6 +14,8 @@ between the states, exactly what it was: every value stays the same bit for bit 
 by the merge as the concatenation at compute time promotes it). The bookkeeping is one ``(count, length)`` pair in
 the metric's ``__dict__`` (copied by pickling and ``deepcopy`` with the lists it describes); when a row state was
 replaced behind its back (reset, load, sync) the count starts again and the pieces already there are left alone.
+``forward`` (torchmetrics rebuilds the lists there: the stored pieces plus the batch's) counts its batch once the lists
+are rebuilt (``_VarlenMetric.forward``). The wrapped metric of ``Varlen`` keeps its lists as torchmetrics makes them.
 """
 
 from __future__ import annotations
