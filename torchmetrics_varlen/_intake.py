@@ -18,6 +18,7 @@ from torchmetrics.utilities.data import dim_zero_cat
 from torchmetrics.wrappers.abstract import WrapperMetric
 
 from torchmetrics_varlen._checks import check_inputs, validate_dedup_and_timeout, validate_sample_ids
+from torchmetrics_varlen._coalesce import append_rows
 from torchmetrics_varlen._guarded import SHARED_SYNCS, GuardedMetric
 from torchmetrics_varlen._states import list_rows
 from torchmetrics_varlen.functional._count import binned_confmat, count_into
@@ -269,10 +270,7 @@ def take_batch(
     if kept is not None and expanded:
         expanded = {k: v[kept] for k, v in expanded.items()}
     if m._summed is None:
-        m.preds.append(scores)
-        m.target.append(labels)
-        for name, value in expanded.items():
-            getattr(m, name).append(value)
+        append_rows(m, scores, labels, expanded)  # stored pieces merged as they arrive (_coalesce.py)
     elif sample_weight is None:
         count_into(m.mode, _owned_sum(m), scores, labels, m.task, m.thresholds)
     else:  # float64 sums of weights, added out of place (one addition order, whatever the batch sizes)

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._checks import SCALAR_AVERAGES, TASKS, Average, Normalization, Thresholds, validate_metric_args
+from torchmetrics_varlen._coalesce import count_piece
 from torchmetrics_varlen._dedup import SyncReport
 from torchmetrics_varlen._intake import stored_dedup_mode, stored_weight_mode, take_batch
 from torchmetrics_varlen._ledger import Ledger, host_counters
@@ -158,9 +159,12 @@ class _VarlenMetric(_SyncedMetric):
         kwargs.setdefault("_start", self._ledger.position(self))
         self._in_forward = True  # the batch value is not an evaluation of the data set: no report, no warning
         try:
-            return super().forward(*args, **kwargs)
+            value = super().forward(*args, **kwargs)
         finally:
             self._in_forward = False
+        if self._summed is None:  # the batch's piece is in the row states now: count it (``_coalesce.py``)
+            count_piece(self, self._compute.state_names(self))
+        return value
 
     def reset(self) -> None:
         """Forget every sample (``forward`` resets internally too: it passes the position explicitly)."""
