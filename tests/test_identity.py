@@ -366,3 +366,36 @@ def test_one_missed_call_with_two_metrics_fails_alone(pool: DistPool, fault: str
             if missed:  # rank 1's end-of-epoch call of a: paired with rank 0's mid-epoch call, or an error
                 continue
             _exact(record, [(10 * epoch + m, p, r) for r in range(world) for p in (0, 1)], (fault, rank, epoch, m))
+
+
+def case_rank_local_metrics_first(rank: int, world: int, where: str) -> list[float]:
+    """Before ``a`` and ``b`` (created on every rank), some ranks create a metric the others never create: rank 0 a
+    ``sync_on_compute=False`` one (``local``), or ranks 1 and 2 one on their subgroup (``subgroup``).
+    """
+    sub = dist.new_group([1, 2]) if where == "subgroup" else None  # every rank takes part in new_group
+    extra = None
+    if where == "local" and rank == 0:
+        extra = VarlenAUROC(sync_on_compute=False, sync_timeout=TIMEOUT)
+    if where == "subgroup" and rank in (1, 2):
+        extra = VarlenAUROC(process_group=sub, sync_timeout=TIMEOUT)
+    a, b = VarlenAUROC(sync_timeout=TIMEOUT), VarlenAUROC(sync_timeout=TIMEOUT)
+    values = []
+    for m, metric in enumerate((a, b)):
+        metric.update(*_batch(m, 0, rank))
+        values.append(float(metric.compute()))
+    if extra is not None:
+        extra.update(*_batch(5, 0, rank))
+        values.append(float(extra.compute()))
+    return values
+
+
+@pytest.mark.parametrize(("where", "world"), [("local", 2), ("subgroup", 3)])
+def test_metrics_some_ranks_never_create_do_not_shift_the_others(pool: DistPool, where: str, world: int) -> None:
+    outcomes = pool.values(case_rank_local_metrics_first, world, where, pg_timeout=60)
+    for rank, values in enumerate(outcomes):
+        for m in (0, 1):
+            _exact({"value": values[m]}, [(m, 0, r) for r in range(world)], (where, rank, m))
+        if where == "local" and rank == 0:
+            _exact({"value": values[2]}, [(5, 0, 0)], (where, rank, "local"))
+        if where == "subgroup" and rank:
+            _exact({"value": values[2]}, [(5, 0, 1), (5, 0, 2)], (where, rank, "subgroup"))
