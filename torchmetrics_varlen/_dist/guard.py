@@ -6,7 +6,7 @@ key the user gives) and a sequence number per (group, identity). Calls of differ
 different groups, use different keys and can never pair; a rank that calls one metric more often than the others
 meets nobody at its extra sequence number and gets an error.
 
-**The check-in** costs each rank four store operations, whatever the world size ``W``:
+**The check-in** costs each rank five store operations, whatever the world size ``W``:
 
 1. ``compare_set(sig, "", mine)``: the first rank to arrive publishes the signature of its configuration (metric
    class and arguments, state names and layouts); every later rank learns whether its own differs.
@@ -15,11 +15,13 @@ meets nobody at its extra sequence number and gets an error.
 3. ``wait(d)`` and ``get(d)``: the rank whose ``add`` completes the count writes the decision ``d`` (``go`` or
    ``mismatch``); a rank whose wait times out adds ``ABORT`` to the counter and, if the count was not complete
    before it, writes ``abort``. Exactly one of the two can happen, because the counter orders them.
+4. ``set(where/<rank>, prefix)``: where this rank is, one key per rank and incarnation, overwritten at each check-in.
 
-**Recovery.** A rank whose ``add`` already shows an abort arrived after the others gave up: that sync is over for
-everyone, so the rank moves to the next sequence number (and the next, while those are abandoned too) and waits
-there. The ranks that took part in an abandoned sync raise and move on to the next number as well. So after any
-mix of errors the counters of all ranks meet again at the first sync every rank enters, without a restart.
+**Recovery.** A sync is placed by the metric's epoch (resets), the version of its states and the attempt (see
+:class:`Place`). A rank whose ``add`` already shows an abort arrived after the others gave up: if they have moved on
+(a later place of this metric, or held at another sync that has not decided) it raises at once; otherwise it tries
+the next attempt on the same states, watching until they come or move on. So after any mix of errors the ranks meet
+again at the first sync every rank enters, without a restart, and no sync pairs states of different epochs.
 
 Only the error paths read more than O(1) keys: the rank that aborts collects who had arrived (one key per
 arrival, written only then) and publishes the missing ranks; on a mismatch, group rank 0 reads every rank's full
