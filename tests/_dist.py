@@ -191,9 +191,11 @@ _COLLECTIVES = ("all_gather", "all_gather_into_tensor", "all_gather_single", "al
 _OURS = ("all_gather_into", "broadcast", "all_reduce_sum", "all_to_all")
 
 
-def count_syncs(fn: Callable[[], Any], names: tuple[str, ...] = _COLLECTIVES) -> tuple[Any, dict[str, int]]:
+def count_syncs(
+    fn: Callable[[], Any], names: tuple[str, ...] = _COLLECTIVES, per_name: bool = False
+) -> tuple[Any, dict[str, int]]:
     """Run ``fn`` on a rank counting torch.distributed collectives and guard check-ins (both still run): the total
-    under ``"collectives"``, and each function's calls under its name.
+    under ``"collectives"`` and, with ``per_name``, each function's calls under its name.
 
     The package issues its collectives through ``_dist/collectives.py`` (on gloo straight on the group object, with a
     per-collective timeout; counted under ``collectives.<name>``): each counts once, whichever way it reaches the
@@ -211,7 +213,7 @@ def count_syncs(fn: Callable[[], Any], names: tuple[str, ...] = _COLLECTIVES) ->
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if not inside[0]:
                 counts[key] += 1
-                if name:
+                if name and per_name:
                     counts[name] = counts.get(name, 0) + 1
             inside[0] += nested
             try:

@@ -26,7 +26,7 @@ def case_compute_on_rank(rank: int, world: int, dst: int) -> dict[str, Any]:
         metric.update(preds[part], target[part], sample_ids=ids)
         metric.update(preds[part][:3], target[part][:3], sample_ids=ids[:3])  # duplicates, dropped by id
     names = ("gather", "all_gather", "all_gather_single", "all_gather_into_tensor", "broadcast", "batch_isend_irecv")
-    value, calls = count_syncs(lambda: float(auroc.compute()), names)
+    value, calls = count_syncs(lambda: float(auroc.compute()), names, per_name=True)
     fpr, tpr, _ = curve.compute()
     report = auroc.sync_report
     assert report is not None

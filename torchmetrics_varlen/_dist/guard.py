@@ -331,9 +331,9 @@ def _wait_decision(
 
 def _moved_on(ticket: Ticket, ns: Namespace, place: Place) -> bool:
     """Whether the other ranks will not come to this sync soon: some rank checked in at a later place of this metric
-    (new states in this epoch, or the next epoch), or some rank waits at another sync that has not decided yet (another
-    metric, or this metric's sync it entered first): it cannot come here before that one ends, and this rank is what
-    it may be waiting for, so waiting here would only make this rank late for it as well.
+    (new states in this epoch, or the next epoch), or some rank waits at a sync of another metric that has not decided
+    yet: it cannot come here before that one ends, and this rank is what it may be waiting for, so waiting here would
+    only make this rank late for it as well.
     """
     store = ticket.store
     base = f"{ns.prefix}{ticket.identity}/"
@@ -345,7 +345,11 @@ def _moved_on(ticket: Ticket, ns: Namespace, place: Place) -> bool:
         if rank == me or not ticket.store_op(store.check, [where]):
             continue
         there = ticket.store_op(store.get, where).decode()
-        if there != ticket.prefix and not ticket.store_op(store.check, [there + "d"]):
+        # At an earlier sync of this same metric, the rank is behind, not elsewhere: it comes here next (its later
+        # syncs of this metric are what ``place.later()`` sees).
+        if there.startswith(base):
+            continue
+        if not ticket.store_op(store.check, [there + "d"]):
             return True
     return False
 
