@@ -30,6 +30,8 @@ from torchmetrics_varlen._dist.exchange import Gathered, Mode, SyncRequest, chec
 from torchmetrics_varlen._dist.group import GroupLayout, distributed_available
 from torchmetrics_varlen._dist.guard import identity_qualifier, new_identity
 
+_OWNED_KEY = "_varlen_owned_sum"  # see _intake._owned_sum
+
 
 @dataclass
 class Payload:
@@ -130,10 +132,18 @@ class GuardedMetric(Metric):
         self._sync_identity = new_identity(self._sync_base, self._sync_qualifier)
         self._pending_sync = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """As torchmetrics'; and once copied (``deepcopy``, pickling: ``torch.multiprocessing`` may share the states'
+        storage with the copy), this metric owns its summed state no more (``_intake._owned_sum``).
+        """
+        self.__dict__.pop(_OWNED_KEY, None)
+        return super().__getstate__()
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         """A copy (``deepcopy``, ``clone``, unpickling in a spawned process) is a new metric: a new identity."""
         super().__setstate__(state)
         self._sync_identity = new_identity(self._sync_base, getattr(self, "_sync_qualifier", ""))
+        self.__dict__.pop(_OWNED_KEY, None)  # a copy owns none of the tensors it came with
 
     # ------------------------------------------------------------------ hooks
 

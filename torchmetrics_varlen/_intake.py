@@ -7,7 +7,7 @@ positions, padding cut, ids range and dedup mode are the ledger's (``_ledger.py`
 from __future__ import annotations
 
 import math
-import weakref
+import os
 from typing import Any
 
 import torch
@@ -19,7 +19,7 @@ from torchmetrics.wrappers.abstract import WrapperMetric
 
 from torchmetrics_varlen._checks import check_inputs, validate_dedup_and_timeout, validate_sample_ids
 from torchmetrics_varlen._coalesce import append_rows
-from torchmetrics_varlen._guarded import SHARED_SYNCS, GuardedMetric
+from torchmetrics_varlen._guarded import _OWNED_KEY, SHARED_SYNCS, GuardedMetric
 from torchmetrics_varlen._states import list_rows
 from torchmetrics_varlen.functional._count import binned_confmat, count_into
 from torchmetrics_varlen.functional._hist import histogram
@@ -211,20 +211,22 @@ def _weighted_count(metric: Any, scores: Tensor, labels: Tensor, weight: Tensor)
     return torch.stack(parts, dim=m.mode.class_dim)
 
 
-# The summed state each metric owns (it made the tensor itself), so that batches are counted into it in place. Kept
-# outside the metric on purpose: a metric pickled to spawned processes (Lightning's ddp_spawn) can share its tensor
-# states' storage across ranks, and a copy (pickled, deep-copied) is a new key here, so it clones before its first
-# in-place add; so does a metric whose state was replaced (reset, load, sync, compute-group reference).
-_OWNED: weakref.WeakKeyDictionary[Any, Tensor] = weakref.WeakKeyDictionary()
+# The summed state each metric owns (it made the tensor itself), so that batches are counted into it in place: kept
+# as ``(process id, tensor)`` in the metric's ``__dict__``. A metric pickled to spawned processes (Lightning's
+# ddp_spawn) can share its tensor states' storage across ranks: there the process id differs, so it clones before its
+# first in-place add; so does a metric whose state was replaced (reset, load, sync, compute-group reference), whose
+# state is then another tensor. (A dict keyed by the metric does not work: torchmetrics' ``Metric.__hash__`` hashes
+# the states, so the key changed with every batch and every update cloned the 65,536-bin histogram.)
 
 
 def _owned_sum(metric: Any) -> Tensor:
     """The metric's summed state, cloned once if this metric did not make it (then added to in place)."""
     state: Tensor = getattr(metric, metric._summed)
-    if _OWNED.get(metric) is not state:
+    owned = metric.__dict__.get(_OWNED_KEY)
+    if owned is None or owned[1] is not state or owned[0] != os.getpid():
         state = state.clone()
         setattr(metric, metric._summed, state)
-        _OWNED[metric] = state
+        metric.__dict__[_OWNED_KEY] = (os.getpid(), state)
     return state
 
 
