@@ -41,20 +41,13 @@ def append_rows(metric: Any, scores: Tensor, labels: Tensor, columns: dict[str, 
     metric.target.append(labels)
     for name, value in columns.items():
         getattr(metric, name).append(value)
-    if metric._in_forward:
-        return
-    state = metric.__dict__
-    count, known = state.get(_KEY, _NONE)
-    length = len(preds)
-    count = count + 1 if known == length - 1 else 1  # replaced states: count from this piece on
-    if count % FAN_IN == 0:
-        length = _merge(metric, ("preds", "target", *columns), count)
-    state[_KEY] = (count, length)
+    if not metric._in_forward:
+        count_piece(metric, ("preds", "target", *columns))
 
 
 def count_piece(metric: Any, names: tuple[str, ...]) -> None:
     """Count the piece just appended to the row states ``names`` (the first one: ``preds``) and merge every
-    :data:`FAN_IN` pieces (``forward``'s batch, once merged back into the states).
+    :data:`FAN_IN` pieces (after :func:`append_rows`, and for ``forward``'s batch once merged back into the states).
     """
     first = getattr(metric, names[0])
     if not isinstance(first, list):
@@ -62,7 +55,7 @@ def count_piece(metric: Any, names: tuple[str, ...]) -> None:
     state = metric.__dict__
     count, known = state.get(_KEY, _NONE)
     length = len(first)
-    count = count + 1 if known == length - 1 else 1
+    count = count + 1 if known == length - 1 else 1  # replaced states: count from this piece on
     if count % FAN_IN == 0:
         length = _merge(metric, names, count)
     state[_KEY] = (count, length)
