@@ -219,14 +219,18 @@ def _weighted_count(metric: Any, scores: Tensor, labels: Tensor, weight: Tensor)
 # the states, so the key changed with every batch and every update cloned the 65,536-bin histogram.)
 
 
+_PID = [os.getpid()]  # this process's id, kept current in a forked child
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+
+
 def _owned_sum(metric: Any) -> Tensor:
     """The metric's summed state, cloned once if this metric did not make it (then added to in place)."""
     state: Tensor = getattr(metric, metric._summed)
     owned = metric.__dict__.get(_OWNED_KEY)
-    if owned is None or owned[1] is not state or owned[0] != os.getpid():
+    if owned is None or owned[1] is not state or owned[0] != _PID[0]:
         state = state.clone()
         setattr(metric, metric._summed, state)
-        metric.__dict__[_OWNED_KEY] = (os.getpid(), state)
+        metric.__dict__[_OWNED_KEY] = (_PID[0], state)
     return state
 
 

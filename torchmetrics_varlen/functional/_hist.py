@@ -66,7 +66,8 @@ def histogram_into(state: Tensor, preds: Tensor, positives: Tensor, dtype: torch
     width = state.shape[0] if state.dim() == 3 else 1
     index = preds.to(dtype).view(torch.int16).to(torch.int64)
     index.bitwise_and_(BINS - 1)
-    ignored = None if positives.dtype == torch.bool else positives.reshape(-1) < 0
+    # bool / uint8 labels (the stored binary and multiclass forms) cannot be negative: no "ignored" pass for them
+    ignored = None if positives.dtype in (torch.bool, torch.uint8) else positives.reshape(-1) < 0
     index.add_(positives if ignored is None else positives.clamp(min=0), alpha=BINS)
     if state.dim() == 3:
         index = index.reshape(-1, width)
