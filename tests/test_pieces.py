@@ -161,7 +161,7 @@ def test_whole_keys_area_is_the_chunked_area(
     """
     from torchmetrics_varlen.functional import _ranking
 
-    monkeypatch.setattr(_ranking, "ENCODE_CHUNK", step)
+    monkeypatch.setattr(_ranking, "AREA_BLOCK", step)
     preds, target = _data(kind, dtype)
     preds, target = preds[:30_000], target[:30_000]
     if kind == "ties":

@@ -147,15 +147,17 @@ def _encode(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor],
         assert label is not None
         n_pos += int(torch.count_nonzero(label))  # a bool sum would copy to int64
         if compact:
-            if label.dtype not in (torch.bool, as_int):
-                label = label.to(as_int)
+            # bool and uint8 labels (the stored forms) are or-ed as they are; others are converted chunk by chunk
+            # (a whole-size int32 copy of the labels would add 0.8x a gathered payload to the peak memory)
+            convert = label.dtype not in (torch.bool, torch.uint8, as_int)
             for a in range(0, scores.numel(), ENCODE_CHUNK):
                 b = min(a + ENCODE_CHUNK, scores.numel())
                 out = keys[offset + a : offset + b]
                 # The shift drops the sign bit (so -0.0 lands on +0.0's key) and makes room for the label; the rest
                 # of a non-negative float's bits increase with it.
                 torch.bitwise_left_shift(scores[a:b].view(as_int).to(keys.device), 1, out=out)
-                out.bitwise_or_(label[a:b].to(keys.device))
+                chunk = label[a:b].to(as_int) if convert else label[a:b]
+                out.bitwise_or_(chunk.to(keys.device))
             offset += scores.numel()
             continue
         for a in range(0, scores.numel(), CHUNK):
