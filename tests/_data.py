@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -40,3 +42,12 @@ def rank_slice(n: int, world: int, rank: int, pattern: str) -> slice:
     lengths = split_lengths(n, world, pattern)
     start = sum(lengths[:rank])
     return slice(start, start + lengths[rank])
+
+
+def flat_tensors(value: Any) -> list[Tensor]:
+    """Every tensor of a (nested) output, in a fixed order: tuples and lists in order, dicts by key."""
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for k in sorted(value) for t in flat_tensors(value[k])]
+    return [t for v in value for t in flat_tensors(v)]

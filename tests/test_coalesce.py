@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from _data import flat_tensors
 from _dist import DistPool
 from _float32 import f32
 from sklearn.metrics import average_precision_score, roc_auc_score
@@ -70,16 +71,8 @@ def _bound(batches: int) -> int:
     return (_coalesce.FAN_IN - 1) + batches // _coalesce.FAN_IN + 1
 
 
-def _flat(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        return [t for k in sorted(value) for t in _flat(value[k])]
-    return [t for v in value for t in _flat(v)]
-
-
 def _same(a: Any, b: Any) -> bool:
-    fa, fb = _flat(a), _flat(b)
+    fa, fb = flat_tensors(a), flat_tensors(b)
     return len(fa) == len(fb) and all(torch.equal(x, y) for x, y in zip(fa, fb, strict=True))
 
 

@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.multiprocessing  # noqa: F401  (registers the shared-memory reductions ForkingPickler uses)
 import torchmetrics.classification as tmc
+from _data import flat_tensors
 
 import torchmetrics_varlen as tv
 from torchmetrics_varlen.functional import _sort
@@ -45,14 +46,6 @@ def _data(kind: str, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, 
     if kind == "logits":
         preds = torch.logit(preds.clamp(1e-4, 1 - 1e-4))
     return preds.to(dtype), target
-
-
-def _flat(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        return [t for k in sorted(value) for t in _flat(value[k])]
-    return [t for v in value for t in _flat(v)]
 
 
 CASES: dict[str, tuple[str, Callable[[], Any]]] = {
@@ -100,7 +93,7 @@ def _feed(make: Callable[[], Any], kind: str, sizes: list[int]) -> Any:
 @pytest.mark.parametrize("name", list(CASES))
 def test_many_small_pieces_give_the_bits_of_one_piece(name: str) -> None:
     kind, make = CASES[name]
-    one, many = _flat(_feed(make, kind, [N])), _flat(_feed(make, kind, SIZES))
+    one, many = flat_tensors(_feed(make, kind, [N])), flat_tensors(_feed(make, kind, SIZES))
     assert len(one) == len(many)
     for a, b in zip(one, many, strict=True):
         assert a.dtype == b.dtype
