@@ -255,7 +255,9 @@ class RankingArgs(NamedTuple):
         averages: dict[str, tuple[str | None, ...]] = SCALAR_AVERAGES,
         tasks: tuple[str, ...] = TASKS,
     ) -> None:
-        """Check the arguments (``averages`` / ``tasks``: what the function accepts), then the batch."""
+        """Check the arguments (``averages`` / ``tasks``: what the function accepts), then the batch (with
+        :func:`check_inputs`: two reductions for the common batch, the full checks and their messages otherwise).
+        """
         validate_task_args(self.task, self.num_classes, self.num_labels, self.average, averages=averages, tasks=tasks)
         validate_ranking_args(
             task=self.task,
@@ -264,9 +266,7 @@ class RankingArgs(NamedTuple):
             ignore_index=self.ignore_index,
             normalization=self.normalization,
         )
-        validate_inputs(
-            preds, target, self.task, self.num_classes, self.num_labels, self.ignore_index, self.normalization
-        )
+        check_inputs(preds, target, self.task, self.num_classes, self.num_labels, self.ignore_index, self.normalization)
 
 
 # ------------------------------------------------------------------ inputs

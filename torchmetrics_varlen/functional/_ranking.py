@@ -10,6 +10,7 @@ public values are returned in torchmetrics' dtype, float32 (:func:`as_output`), 
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from typing import Any, NamedTuple
 
@@ -18,14 +19,18 @@ from torch import Tensor
 
 from torchmetrics_varlen.functional._count import Binned, Problem, problem_device
 from torchmetrics_varlen.functional._sort import (
+    CHUNK,
     Counts,
     SortedKeys,
     SortedProblem,
+    chunk_bounds,
     chunks,
     local_counts,
     materialize,
     size,
+    split_points,
 )
+from torchmetrics_varlen.functional._threads import ordered, parts_for, run_all
 
 _NO_POSITIVES_ROC = (
     "No positive samples in targets, true positive value should be meaningless."
@@ -143,37 +148,67 @@ def _run_bound(k: Any, at: Any, step: int, local: int = 3) -> Any:
 AREA_BLOCK = 1 << 17
 
 
+def _area_part(k: Any, lo: int, hi: int) -> tuple[int, int, int]:
+    """``(positives, sum of their positions relative to lo, tie products)`` of the sorted keys ``k[lo:hi]``, a part
+    that splits no score (:func:`~._sort.split_points`), in blocks of :data:`AREA_BLOCK` with fixed buffers.
+    """
+    import numpy as np
+
+    step = min(AREA_BLOCK, hi - lo)
+    labels = np.empty(step, dtype=k.dtype)
+    # twins[t + 1] = k[s + t] ^ k[s + t + 1] over a block's window [s, e), between two sentinels (no repeat)
+    twins = np.empty(step + 4, dtype=k.dtype)
+    positions = np.arange(step, dtype=np.int64)
+    total_positions, c, ties = 0, 0, 0
+    for a in range(lo, hi, step):
+        m = min(step, hi - a)
+        np.bitwise_and(k[a : a + m], 1, out=labels[:m])
+        count = int(np.count_nonzero(labels[:m]))
+        total_positions += int(np.einsum("i,i->", labels[:m], positions[:m])) + (a - lo) * count  # int64: exact
+        c += count
+        # The last negative of each score with both classes: its next key is its positive twin (xor 1). The window
+        # holds the block's keys and one neighbour each side, so a run of one negative and one positive (the common
+        # tie) is recognised here; longer runs are measured in the part (:func:`_run_bound`).
+        s, e = max(a - 1, lo), min(a + m + 2, hi)
+        w = e - s - 1
+        if w <= 0:
+            continue
+        twins[0] = twins[w + 1] = 1  # the part's ends: nothing repeats beyond them
+        np.bitwise_xor(k[s + 1 : e], k[s : e - 1], out=twins[1 : w + 1])
+        mixed = np.flatnonzero(twins[1 : w + 1] == 1)  # pair t: keys s + t and s + t + 1
+        if mixed.size and s < a and mixed[0] == 0:  # the pair across the block's start: the previous block's
+            mixed = mixed[1:]
+        if mixed.size and s + mixed[-1] >= a + m:  # the pair across the block's end: the next block's
+            mixed = mixed[:-1]
+        if not mixed.size:
+            continue
+        longer = (twins[mixed] == 0) | (twins[mixed + 2] == 0)  # the key before / after the pair repeats
+        runs = mixed[longer] + s
+        ties += mixed.size - runs.size
+        if runs.size:
+            first_neg = _run_bound(k, runs, -1)
+            last_pos = _run_bound(k, runs + 1, 1)
+            ties += int(np.dot(runs + 1 - first_neg, last_pos - runs))
+    return c, total_positions, ties
+
+
 def _twice_area_of_keys_cpu(keys: Tensor, pos_before: int, all_before: int) -> int:
-    """:func:`_twice_area_of_keys` of all the sorted keys of a problem at once, on CPU (NumPy, in blocks of
-    :data:`AREA_BLOCK` with two fixed buffers): the same integer, in fewer and cheaper passes.
+    """:func:`_twice_area_of_keys` of all the sorted keys of a problem at once, on CPU (NumPy): the same integer,
+    in fewer and cheaper passes, over parts of the keys on worker threads (:mod:`._threads`; integers: the same
+    for any split).
 
     The positions of the positives are summed as a dot product in int64 (exact). Scores that have both classes are
     found in one pass (a negative key followed by its positive twin) and their tie products taken off, with the
     extent of each run found from its ends (:func:`_run_bound`).
     """
-    import numpy as np
-
     k = keys.numpy()
-    n = k.shape[0]
-    step = min(AREA_BLOCK, n)
-    labels = np.empty(step, dtype=k.dtype)
-    positions = np.arange(step, dtype=np.int64)
-    total_positions, c, ties = 0, 0, 0
-    for a in range(0, n, step):
-        block = k[a : a + step]
-        m = block.shape[0]
-        np.bitwise_and(block, 1, out=labels[:m])
-        count = int(np.count_nonzero(labels[:m]))
-        total_positions += int(np.einsum("i,i->", labels[:m], positions[:m])) + a * count  # int64: exact
+    cuts = split_points(keys, parts_for(k.shape[0]))
+    spans = [(lo, hi) for lo, hi in zip(cuts[:-1], cuts[1:], strict=True) if hi > lo]
+    c, total_positions, ties = 0, 0, 0
+    for (lo, _), (count, positions, part_ties) in zip(spans, run_all(lambda s: _area_part(k, *s), spans), strict=True):
         c += count
-        pairs = k[a : a + m + 1]
-        # The last negative of each score with both classes, block by block (the runs are looked up in all the keys,
-        # so a run may cross blocks): the index arrays stay the size of a block's, not of all the mixed scores.
-        mixed = np.flatnonzero(np.bitwise_xor(pairs[1:], pairs[:-1]) == 1) + a
-        if mixed.size:
-            first_neg = _run_bound(k, mixed, -1)
-            last_pos = _run_bound(k, mixed + 1, 1)
-            ties += int(np.dot(mixed + 1 - first_neg, last_pos - mixed))
+        total_positions += positions + lo * count
+        ties += part_ties
     neg_le = total_positions + c * (all_before - pos_before) - c * (c - 1) // 2
     return 2 * neg_le - ties
 
@@ -189,6 +224,73 @@ def _ap_sum_of_counts(counts: Counts, pos_before: int, all_before: int, n_pos: i
     all_ge = (n_all - all_before) - torch.cat([all_le.new_zeros(1), all_le[:-1]])
     precision = tps.double().div_(all_ge.double())
     return float(torch.dot(pos_g.double(), precision))
+
+
+def _ap_vectors(
+    k: Any, a: int, b: int, pos_before: int, all_before: int, n_pos: int, n_all: int
+) -> tuple[Tensor, Tensor]:
+    """``(pos_g, precision)`` of the chunk ``k[a:b]`` of sorted keys, as :func:`_ap_sum_of_counts` makes them from
+    :func:`~._sort.local_counts` (the same float64 values, in torch's own buffers), with NumPy: positives per
+    distinct score and the precision at it.
+    """
+    import numpy as np
+
+    chunk = k[a:b]
+    m = b - a
+    ends = np.empty(m, dtype=np.int64)
+    twins = np.bitwise_xor(chunk[1:], chunk[:-1])
+    found = np.flatnonzero(twins > 1)  # the key's code changes after each of these: the last key of a score
+    g = found.shape[0] + 1
+    ends[: g - 1] = found
+    ends[g - 1] = m - 1
+    ends = ends[:g]
+    labels = np.bitwise_and(chunk, 1).astype(np.int64)
+    pos_le = np.cumsum(labels)[ends]
+    pos_g_int = np.diff(pos_le, prepend=0)
+    tps = (n_pos - pos_before) - (pos_le - pos_g_int)
+    all_ge = np.empty(g, dtype=np.int64)
+    all_ge[0] = n_all - all_before
+    np.subtract(n_all - all_before, ends[:-1] + 1, out=all_ge[1:])
+    pos_g = torch.empty(g, dtype=torch.float64)
+    precision = torch.empty(g, dtype=torch.float64)
+    pos_g.numpy()[:] = pos_g_int
+    np.true_divide(tps, all_ge, out=precision.numpy())
+    return pos_g, precision
+
+
+def _ap_sum_of_keys_cpu(col: SortedKeys, pos_before: int, all_before: int, n_pos: int, n_all: int) -> float:
+    """``P * AP`` of sorted keys on CPU: the chunks of :func:`~._sort.chunks` (the same partition, so the same
+    float64 sum in the same order). The positives of every chunk are counted on worker threads, one run of chunks
+    per thread; then the vectors of each chunk are built with NumPy on worker threads a few chunks ahead
+    (:func:`_ap_vectors`) and each dot product is taken here, in order.
+    """
+    import numpy as np
+
+    k = col.keys.numpy()
+    bounds = chunk_bounds(col.keys)
+    spans = list(zip(bounds[:-1], bounds[1:], strict=True))
+    threads = parts_for(k.shape[0])
+    runs = [spans[i * len(spans) // threads : (i + 1) * len(spans) // threads] for i in range(threads)]
+
+    def count_run(run: list[tuple[int, int]]) -> list[int]:
+        labels = np.empty(CHUNK * 2, dtype=k.dtype)
+        out = []
+        for a, b in run:
+            if b - a > labels.shape[0]:
+                labels = np.empty(b - a, dtype=k.dtype)
+            out.append(int(np.count_nonzero(np.bitwise_and(k[a:b], 1, out=labels[: b - a]))))
+        return out
+
+    before = list(itertools.accumulate(itertools.chain.from_iterable(run_all(count_run, runs)), initial=pos_before))
+
+    def vectors(i: int) -> tuple[Tensor, Tensor]:
+        a, b = spans[i]
+        return _ap_vectors(k, a, b, before[i], a + all_before, n_pos, n_all)
+
+    ap_sum = 0.0
+    for pos_g, precision in ordered(vectors, range(len(spans)), 2 * threads if threads > 1 else 1):
+        ap_sum += float(torch.dot(pos_g, precision))
+    return ap_sum
 
 
 def rank_sums(
@@ -208,11 +310,12 @@ def rank_sums(
     n_pos_local, n_all_local = size(col)
     n_pos, n_all = totals if totals is not None else (n_pos_local, n_all_local)
     twice_area, ap_sum = 0, 0.0
-    if area and isinstance(col, SortedKeys) and col.keys.device.type == "cpu" and col.keys.numel():
-        twice_area = _twice_area_of_keys_cpu(col.keys, pos_before, all_before)
-        area = False
-        if not ap:
-            return RankSums(n_pos_local, n_all_local, twice_area, ap_sum)
+    if isinstance(col, SortedKeys) and col.keys.device.type == "cpu" and col.keys.numel():
+        if area:
+            twice_area = _twice_area_of_keys_cpu(col.keys, pos_before, all_before)
+        if ap:
+            ap_sum = _ap_sum_of_keys_cpu(col, pos_before, all_before, n_pos, n_all)
+        return RankSums(n_pos_local, n_all_local, twice_area, ap_sum)
     for p, a, chunk in chunks(col):
         p, a = p + pos_before, a + all_before
         if area:

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._checks import within
+from torchmetrics_varlen.functional._threads import parts_for, run_all
 
 _KEYS = {
     torch.float32: (torch.int32, torch.int64, 1 << 31),
@@ -199,11 +200,38 @@ def sort_keys_(keys: Tensor, runs: bool = False) -> Tensor:
     """Sort 1-D integer keys ascending: in place on CPU (NumPy, no index tensor), with ``torch.sort`` elsewhere.
 
     ``runs=True`` when the keys are a few sorted runs end to end (a merge, NumPy's stable sort, is then faster).
+    Otherwise, with several torch threads and enough keys, the keys are partitioned around medians (every key of a
+    part <= every key of the next) and the parts sorted at once on worker threads (:mod:`._threads`): the same
+    sorted keys.
     """
-    if keys.device.type == "cpu":
-        keys.numpy().sort(kind="stable" if runs else "quicksort")
+    if keys.device.type != "cpu":
+        return torch.sort(keys).values
+    k = keys.numpy()
+    if runs:
+        k.sort(kind="stable")
         return keys
-    return torch.sort(keys).values
+    bounds = [0, k.shape[0]]
+    for _ in range(parts_for(k.shape[0]).bit_length() - 1):  # each level halves every part
+        spans = list(zip(bounds[:-1], bounds[1:], strict=True))
+        run_all(lambda span: k[span[0] : span[1]].partition((span[1] - span[0]) // 2), spans)
+        bounds = sorted({*bounds, *((a + b) // 2 for a, b in spans)})
+    run_all(lambda span: k[span[0] : span[1]].sort(), list(zip(bounds[:-1], bounds[1:], strict=True)))
+    return keys
+
+
+def split_points(keys: Tensor, parts: int) -> list[int]:
+    """``parts + 1`` increasing cut indices ``0 = c0 <= ... = n`` of sorted keys, each at the first key of a score
+    (keys ``2 * code`` and ``2 * code + 1`` share one): no score is split between parts, so each part's sums
+    (ties included) can be taken on its own.
+    """
+    n = keys.numel()
+    k = keys.numpy()
+    cuts = [0]
+    for i in range(1, parts):
+        at = int(k.searchsorted(k[i * n // parts] & ~1, side="left"))
+        cuts.append(max(at, cuts[-1]))
+    cuts.append(n)
+    return cuts
 
 
 def sorted_keys(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor]) -> SortedKeys:
@@ -307,18 +335,27 @@ def chunks(col: SortedProblem) -> Iterator[tuple[int, int, Counts | Tensor]]:
             yield p, a, Counts(col.pos_le[g0:g1] - p, col.all_le[g0:g1] - a, None)
             g0, a, p = g1, int(col.all_le[g1 - 1]), int(col.pos_le[g1 - 1])
         return
-    keys = col.keys
+    bounds = chunk_bounds(col.keys)
+    p = 0
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        chunk = col.keys[a:b]
+        yield p, a, chunk
+        if b < bounds[-1]:
+            p += count_positives(chunk)
+
+
+def chunk_bounds(keys: Tensor) -> list[int]:
+    """Where the chunks of :func:`chunks` start in sorted keys, and their end: about :data:`CHUNK` keys each, up to
+    the end of a run of equal scores.
+    """
     n = keys.numel()
-    a, p = 0, 0
-    while a < n:
-        b = min(a + CHUNK, n)
+    bounds = [0]
+    while bounds[-1] < n:
+        b = min(bounds[-1] + CHUNK, n)
         if b < n:
             b = int(torch.searchsorted(keys, keys[b - 1 : b].bitwise_or(1), right=True))
-        chunk = keys[a:b]
-        yield p, a, chunk
-        if b < n:
-            p += count_positives(chunk)
-        a = b
+        bounds.append(b)
+    return bounds
 
 
 def count_positives(keys: Tensor) -> int:

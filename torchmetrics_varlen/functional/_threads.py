@@ -1,0 +1,77 @@
+"""Worker threads for the CPU passes over sorted keys (NumPy releases the GIL in its sorts and array loops).
+
+The exact metrics on CPU spend their time in one sort of N integer keys and a few passes over them. Split at key
+boundaries (:func:`split_points`), each part is sorted and summed on its own thread, as many parts as torch's
+intra-op thread count allows (``torch.set_num_threads``). The results are integers or come back to the calling
+thread in a fixed order, so they are the same bits for any number of threads.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+import torch
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# Keys per part below which splitting costs more than it saves (thread hand-off, the partition pass).
+PART_MIN = 1 << 19
+# At most this many parts (the sort is memory bound; more threads than this gain little).
+MAX_PARTS = 8
+
+_lock = threading.Lock()
+_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a forked child makes its own
+
+
+def parts_for(n: int) -> int:
+    """How many parts to split ``n`` keys into: a power of two, at most torch's thread count and
+    :data:`MAX_PARTS`, each part at least :data:`PART_MIN` keys (1: no threads).
+    """
+    limit = min(torch.get_num_threads(), MAX_PARTS)
+    parts = 1
+    while parts * 2 <= limit and n // (parts * 2) >= PART_MIN:
+        parts *= 2
+    return parts
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The package's pool (threads start on demand, at most :data:`MAX_PARTS`; how many run at once is how many
+    items a call submits). After a fork the parent's threads do not exist: the child makes its own pool.
+    """
+    global _pool
+    with _lock:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), ThreadPoolExecutor(MAX_PARTS, thread_name_prefix="torchmetrics_varlen"))
+        return _pool[1]
+
+
+def run_all(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    """``[fn(item) for item in items]``, the items on worker threads when there are several (``fn`` must not call
+    :func:`run_all` itself); the first exception is raised here.
+    """
+    todo = list(items)
+    if len(todo) <= 1:
+        return [fn(item) for item in todo]
+    return list(_executor().map(fn, todo))
+
+
+def ordered(fn: Callable[[T], R], items: Iterable[T], ahead: int) -> Iterator[R]:
+    """``fn(item)`` for each item, in order, computed on worker threads at most ``ahead`` items ahead of the
+    consumer (so at most ``ahead`` results are held at once); ``ahead <= 1``: on this thread, one by one.
+    """
+    if ahead <= 1:
+        yield from map(fn, items)
+        return
+    pool = _executor()
+    pending: list[Future[R]] = []
+    for item in items:
+        pending.append(pool.submit(fn, item))
+        if len(pending) >= ahead:
+            yield pending.pop(0).result()
+    for future in pending:
+        yield future.result()
