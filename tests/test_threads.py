@@ -1,0 +1,133 @@
+"""The CPU passes on worker threads: the same sorted keys and the same bits for any number of threads and parts."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+from _float32 import f32
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+from torchmetrics_varlen.functional import _ranking, _sort, _threads, auroc, average_precision
+
+
+@pytest.fixture
+def threads() -> Iterator[None]:
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def _scores(kind: str, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    target = torch.rand(n, generator=gen) < 0.35
+    if kind == "rand":  # float32 from 2**24 values: many 1 + 1 ties
+        preds = torch.rand(n, generator=gen)
+    elif kind == "coarse":  # long runs of both classes
+        preds = torch.randint(0, 40, (n,), generator=gen) / 40
+    elif kind == "one":  # a single score: nothing to split
+        preds = torch.full((n,), 0.25)
+    else:  # logits: wide (int64) keys
+        preds = torch.randn(n, generator=gen) * 3
+    return preds, target
+
+
+def _reference_sums(col: _sort.SortedKeys) -> tuple[int, float]:
+    """The chunk-by-chunk torch passes (the path every device takes): twice the area and ``P * AP``."""
+    area, ap = 0, 0.0
+    n_pos, n_all = _sort.size(col)
+    for p, a, chunk in _sort.chunks(col):
+        assert isinstance(chunk, torch.Tensor)
+        area += _ranking._twice_area_of_keys(chunk, p, a)
+        ap += _ranking._ap_sum_of_counts(_sort.local_counts(chunk), p, a, n_pos, n_all)
+    return area, ap
+
+
+@pytest.mark.parametrize("kind", ["rand", "coarse", "one", "logits"])
+@pytest.mark.parametrize("num_threads", [1, 2, 3, 8])
+def test_parts_sort_and_sum_to_the_same_bits(
+    kind: str, num_threads: int, threads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_threads, "PART_MIN", 700)  # parts of a few thousand keys
+    monkeypatch.setattr(_ranking, "AREA_BLOCK", 97)  # runs of ties straddle blocks and parts
+    torch.set_num_threads(num_threads)
+    preds, target = _scores(kind, 20_011, seed=num_threads)
+    compact = kind != "logits"
+    keys = _sort.encode(preds, target, compact)
+    expected = np.sort(keys.numpy())
+    col = _sort.SortedKeys(_sort.sort_keys_(keys), torch.float32, int(target.sum()), compact)
+    assert np.array_equal(col.keys.numpy(), expected)
+    sums = _ranking.rank_sums(col)
+    assert (sums.twice_area, sums.ap_sum) == _reference_sums(col)  # integers, and the same float64 order
+
+
+@pytest.mark.parametrize("parts", [2, 4, 8])
+def test_split_points_never_split_a_score(parts: int) -> None:
+    preds, target = _scores("coarse", 5000, seed=parts)
+    keys = _sort.sort_keys_(_sort.encode(preds, target))
+    cuts = _sort.split_points(keys, parts)
+    assert cuts[0] == 0
+    assert cuts[-1] == keys.numel()
+    assert cuts == sorted(cuts)
+    for cut in cuts[1:-1]:
+        if 0 < cut < keys.numel():
+            assert int(keys[cut - 1]) >> 1 != int(keys[cut]) >> 1
+
+
+@pytest.mark.parametrize("num_threads", [1, 4])
+def test_threaded_values_match_sklearn(num_threads: int, threads: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_threads, "PART_MIN", 1000)
+    torch.set_num_threads(num_threads)
+    preds, target = _scores("rand", 50_000, seed=3)
+    preds = (torch.round(preds * 300) / 300).float()
+    assert float(auroc(preds, target)) == pytest.approx(f32(roc_auc_score(target, preds.double())), abs=1e-7)
+    assert float(average_precision(preds, target)) == pytest.approx(
+        f32(average_precision_score(target, preds.double())), abs=1e-7
+    )
+
+
+def test_run_all_raises_the_workers_error_and_keeps_order() -> None:
+    assert _threads.run_all(lambda x: x * x, range(6)) == [0, 1, 4, 9, 16, 25]
+    assert list(_threads.ordered(lambda x: -x, range(9), ahead=3)) == [-x for x in range(9)]
+
+    def fail(x: int) -> int:
+        if x == 2:
+            msg = "part 2"
+            raise ValueError(msg)
+        return x
+
+    with pytest.raises(ValueError, match="part 2"):
+        _threads.run_all(fail, range(4))
+
+
+def _child_auroc(queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    torch.set_num_threads(2)
+    preds, target = _scores("rand", 4000, seed=5)
+    queue.put(float(auroc(preds, target)))
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="no fork on this platform")
+def test_a_forked_child_makes_its_own_pool(threads: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent's pool threads do not exist in a forked child (a DataLoader worker, a fork-started rank): the child
+    must not wait on them.
+    """
+    monkeypatch.setattr(_threads, "PART_MIN", 500)
+    torch.set_num_threads(2)
+    # the parent's pool now has idle threads (which a copied pool would count on in the child)
+    assert _threads.run_all(lambda x: time.sleep(0.05) or x + 1, range(8)) == list(range(1, 9))
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child_auroc, args=(queue,))
+    child.start()
+    child.join(timeout=30)
+    alive = child.is_alive()
+    if alive:
+        child.kill()
+    assert not alive, "the forked child hung on its parent's pool"
+    preds, target = _scores("rand", 4000, seed=5)
+    assert queue.get(timeout=5) == float(auroc(preds, target))
