@@ -138,6 +138,28 @@ def fits_compact(preds: Tensor | Sequence[Tensor]) -> bool:
     return all(within(block, 0, 2, closed=False) for block, _ in blocks(preds))
 
 
+def _encode_compact_cpu(out: Tensor, bits: Tensor, label: Tensor) -> None:
+    """Compact keys ``bits << 1 | label`` of one block into ``out`` with NumPy (no temporary: labels of any integer
+    or bool dtype are cast inside the loop), in parts on worker threads when the block is big (:mod:`._threads`).
+
+    The shift drops the sign bit (so -0.0 lands on +0.0's key) and makes room for the label; the rest of a
+    non-negative float's bits increase with it.
+    """
+    import numpy as np
+
+    keys, codes, labels = out.numpy(), bits.detach().numpy(), label.detach().numpy()
+
+    def run(span: tuple[int, int]) -> None:
+        for a in range(span[0], span[1], ENCODE_CHUNK):
+            b = min(a + ENCODE_CHUNK, span[1])
+            np.left_shift(codes[a:b], 1, out=keys[a:b])
+            np.bitwise_or(keys[a:b], labels[a:b], out=keys[a:b], casting="unsafe")
+
+    n = keys.shape[0]
+    parts = parts_for(n)
+    run_all(run, [(i * n // parts, (i + 1) * n // parts) for i in range(parts)])
+
+
 def _encode(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor], compact: bool) -> tuple[Tensor, int]:
     """Unsorted keys (see :func:`encode`) and how many labels are positive, in one pass over the blocks."""
     pieces = _pieces(preds)
@@ -147,6 +169,10 @@ def _encode(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor],
     for scores, label in blocks(pieces, target):
         assert label is not None
         n_pos += int(torch.count_nonzero(label))  # a bool sum would copy to int64
+        if compact and keys.is_cpu and scores.is_cpu and label.is_cpu:
+            _encode_compact_cpu(keys[offset : offset + scores.numel()], scores.view(as_int), label)
+            offset += scores.numel()
+            continue
         if compact:
             # bool and uint8 labels (the stored forms) are or-ed as they are; others are converted chunk by chunk
             # (a whole-size int32 copy of the labels would add 0.8x a gathered payload to the peak memory)
