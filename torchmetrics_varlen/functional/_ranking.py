@@ -231,30 +231,34 @@ def _ap_vectors(
 ) -> tuple[Tensor, Tensor]:
     """``(pos_g, precision)`` of the chunk ``k[a:b]`` of sorted keys, as :func:`_ap_sum_of_counts` makes them from
     :func:`~._sort.local_counts` (the same float64 values, in torch's own buffers), with NumPy: positives per
-    distinct score and the precision at it.
+    distinct score and the precision at it. The counts are whole numbers below 2**53, exact in float64, so the
+    arithmetic is done there and only the division rounds, as before.
     """
     import numpy as np
 
     chunk = k[a:b]
     m = b - a
     ends = np.empty(m, dtype=np.int64)
-    twins = np.bitwise_xor(chunk[1:], chunk[:-1])
-    found = np.flatnonzero(twins > 1)  # the key's code changes after each of these: the last key of a score
+    found = np.flatnonzero(np.bitwise_xor(chunk[1:], chunk[:-1]) > 1)  # the code changes: a score's last key
     g = found.shape[0] + 1
     ends[: g - 1] = found
     ends[g - 1] = m - 1
     ends = ends[:g]
-    labels = np.bitwise_and(chunk, 1).astype(np.int64)
-    pos_le = np.cumsum(labels)[ends]
-    pos_g_int = np.diff(pos_le, prepend=0)
-    tps = (n_pos - pos_before) - (pos_le - pos_g_int)
-    all_ge = np.empty(g, dtype=np.int64)
-    all_ge[0] = n_all - all_before
-    np.subtract(n_all - all_before, ends[:-1] + 1, out=all_ge[1:])
+    pos_le = np.empty(m, dtype=np.float64)
+    np.bitwise_and(chunk, 1, out=pos_le, casting="unsafe")
+    np.cumsum(pos_le, out=pos_le)
+    pos_le = pos_le[ends]
     pos_g = torch.empty(g, dtype=torch.float64)
+    pos_g_np = pos_g.numpy()
+    pos_g_np[0] = pos_le[0]
+    np.subtract(pos_le[1:], pos_le[:-1], out=pos_g_np[1:])
+    tps = np.subtract(pos_le, pos_g_np, out=pos_le)  # positives below the score, within the chunk
+    np.subtract(float(n_pos - pos_before), tps, out=tps)  # positives at or above it
     precision = torch.empty(g, dtype=torch.float64)
-    pos_g.numpy()[:] = pos_g_int
-    np.true_divide(tps, all_ge, out=precision.numpy())
+    all_ge = precision.numpy()
+    all_ge[0] = n_all - all_before
+    np.subtract(float(n_all - all_before - 1), ends[:-1], out=all_ge[1:], casting="unsafe")
+    np.true_divide(tps, all_ge, out=all_ge)
     return pos_g, precision
 
 
