@@ -111,11 +111,14 @@ def _competitor(name: str, preds: Any, target: Any) -> Any:
     raise ValueError(name)
 
 
-def one(name: str, n: int, repeats: int) -> dict[str, Any]:
+def one(name: str, n: int, repeats: int, threads: int | None = None) -> dict[str, Any]:
     """Measure one variant at one size (run in its own process)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch
     from _measure import PeakRSS, median_time
+
+    if threads:
+        torch.set_num_threads(threads)
 
     small = _data(1000)
     _variant(name, *small)()  # imports and lazy initialisation, on small data: the allocator has no N-sized blocks yet
@@ -147,14 +150,22 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--one", nargs=2, metavar=("VARIANT", "N"), help=argparse.SUPPRESS)
     parser.add_argument("--json", default=None, help="also write the rows to this file")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads (default: torch's); the package sorts and sums in parts on that many threads,"
+        " the floor is one single-threaded NumPy sort",
+    )
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one(args.one[0], int(args.one[1]), args.repeats)))
+        print(json.dumps(one(args.one[0], int(args.one[1]), args.repeats, args.threads)))
         return
     rows = []
     for n in [int(s) for s in args.sizes.split(",")]:
         for name in args.variants.split(","):
             cmd = [sys.executable, __file__, "--one", name, str(n), "--repeats", str(args.repeats)]
+            cmd += ["--threads", str(args.threads)] if args.threads else []
             out = subprocess.run(cmd, capture_output=True, text=True, check=True)
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     print(
@@ -163,7 +174,7 @@ def main() -> None:
     )
     for row in rows:
         same = [r for r in rows if r["n"] == row["n"]]
-        sort = next(r["seconds"] for r in same if r["variant"] == "torch.sort")
+        sort = next((r["seconds"] for r in same if r["variant"] == "torch.sort"), float("nan"))
         tm = next((r["seconds"] for r in same if r["variant"] == "torchmetrics auroc"), float("nan"))
         print(
             f"{row['n']:>9}  {row['variant']:32} {row['seconds']:9.4f} {row['seconds'] / sort:6.2f} "

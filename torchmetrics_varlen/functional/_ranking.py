@@ -30,7 +30,7 @@ from torchmetrics_varlen.functional._sort import (
     size,
     split_points,
 )
-from torchmetrics_varlen.functional._threads import ordered, parts_for, run_all
+from torchmetrics_varlen.functional._threads import parts_for, run_all
 
 _NO_POSITIVES_ROC = (
     "No positive samples in targets, true positive value should be meaningless."
@@ -223,16 +223,25 @@ def _ap_sum_of_counts(counts: Counts, pos_before: int, all_before: int, n_pos: i
     tps = (n_pos - pos_before) - (pos_le - pos_g)
     all_ge = (n_all - all_before) - torch.cat([all_le.new_zeros(1), all_le[:-1]])
     precision = tps.double().div_(all_ge.double())
-    return float(torch.dot(pos_g.double(), precision))
+    return sum_of_products(pos_g.double().cpu().numpy(), precision.cpu().numpy())
 
 
-def _ap_vectors(
-    k: Any, a: int, b: int, pos_before: int, all_before: int, n_pos: int, n_all: int
-) -> tuple[Tensor, Tensor]:
-    """``(pos_g, precision)`` of the chunk ``k[a:b]`` of sorted keys, as :func:`_ap_sum_of_counts` makes them from
-    :func:`~._sort.local_counts` (the same float64 values, in torch's own buffers), with NumPy: positives per
-    distinct score and the precision at it. The counts are whole numbers below 2**53, exact in float64, so the
-    arithmetic is done there and only the division rounds, as before.
+def sum_of_products(a: Any, b: Any) -> float:
+    """``sum(a * b)`` of two float64 NumPy vectors in one fixed order: the products, then NumPy's pairwise sum (its
+    order depends only on the length). ``torch.dot`` would hand the sum to the BLAS, whose order changes with the
+    number of threads (MKL splits vectors of 65,536 and more), so the last bits of AP would depend on
+    ``torch.set_num_threads``; this does not, on any device (the vectors are copied to the host).
+    """
+    import numpy as np
+
+    return float(np.add.reduce(np.multiply(a, b)))
+
+
+def _ap_sum_of_chunk(k: Any, a: int, b: int, pos_before: int, all_before: int, n_pos: int, n_all: int) -> float:
+    """:func:`_ap_sum_of_counts` of the chunk ``k[a:b]`` of sorted keys (the same float64 vectors, the same
+    :func:`sum_of_products`), with NumPy: positives per distinct score and the precision at it. The counts are whole
+    numbers below 2**53, exact in float64, so the arithmetic is done there and only the division rounds, as in
+    :func:`_ap_sum_of_counts`.
     """
     import numpy as np
 
@@ -248,25 +257,23 @@ def _ap_vectors(
     np.bitwise_and(chunk, 1, out=pos_le, casting="unsafe")
     np.cumsum(pos_le, out=pos_le)
     pos_le = pos_le[ends]
-    pos_g = torch.empty(g, dtype=torch.float64)
-    pos_g_np = pos_g.numpy()
-    pos_g_np[0] = pos_le[0]
-    np.subtract(pos_le[1:], pos_le[:-1], out=pos_g_np[1:])
-    tps = np.subtract(pos_le, pos_g_np, out=pos_le)  # positives below the score, within the chunk
+    pos_g = np.empty(g, dtype=np.float64)
+    pos_g[0] = pos_le[0]
+    np.subtract(pos_le[1:], pos_le[:-1], out=pos_g[1:])
+    tps = np.subtract(pos_le, pos_g, out=pos_le)  # positives below the score, within the chunk
     np.subtract(float(n_pos - pos_before), tps, out=tps)  # positives at or above it
-    precision = torch.empty(g, dtype=torch.float64)
-    all_ge = precision.numpy()
+    all_ge = np.empty(g, dtype=np.float64)
     all_ge[0] = n_all - all_before
     np.subtract(float(n_all - all_before - 1), ends[:-1], out=all_ge[1:], casting="unsafe")
-    np.true_divide(tps, all_ge, out=all_ge)
-    return pos_g, precision
+    precision = np.true_divide(tps, all_ge, out=all_ge)
+    return sum_of_products(pos_g, precision)
 
 
 def _ap_sum_of_keys_cpu(col: SortedKeys, pos_before: int, all_before: int, n_pos: int, n_all: int) -> float:
     """``P * AP`` of sorted keys on CPU: the chunks of :func:`~._sort.chunks` (the same partition, so the same
-    float64 sum in the same order). The positives of every chunk are counted on worker threads, one run of chunks
-    per thread; then the vectors of each chunk are built with NumPy on worker threads a few chunks ahead
-    (:func:`_ap_vectors`) and each dot product is taken here, in order.
+    float64 terms, added in the same order). On worker threads, one run of consecutive chunks per thread: first the
+    positives of every chunk are counted, then each chunk's term is computed (:func:`_ap_sum_of_chunk`); the terms
+    are added here, in order.
     """
     import numpy as np
 
@@ -274,12 +281,12 @@ def _ap_sum_of_keys_cpu(col: SortedKeys, pos_before: int, all_before: int, n_pos
     bounds = chunk_bounds(col.keys)
     spans = list(zip(bounds[:-1], bounds[1:], strict=True))
     threads = parts_for(k.shape[0])
-    runs = [spans[i * len(spans) // threads : (i + 1) * len(spans) // threads] for i in range(threads)]
+    runs = [range(i * len(spans) // threads, (i + 1) * len(spans) // threads) for i in range(threads)]
 
-    def count_run(run: list[tuple[int, int]]) -> list[int]:
-        labels = np.empty(CHUNK * 2, dtype=k.dtype)
+    def count_run(run: range) -> list[int]:
+        labels = np.empty(CHUNK, dtype=k.dtype)
         out = []
-        for a, b in run:
+        for a, b in (spans[i] for i in run):
             if b - a > labels.shape[0]:
                 labels = np.empty(b - a, dtype=k.dtype)
             out.append(int(np.count_nonzero(np.bitwise_and(k[a:b], 1, out=labels[: b - a]))))
@@ -287,13 +294,12 @@ def _ap_sum_of_keys_cpu(col: SortedKeys, pos_before: int, all_before: int, n_pos
 
     before = list(itertools.accumulate(itertools.chain.from_iterable(run_all(count_run, runs)), initial=pos_before))
 
-    def vectors(i: int) -> tuple[Tensor, Tensor]:
-        a, b = spans[i]
-        return _ap_vectors(k, a, b, before[i], a + all_before, n_pos, n_all)
+    def sum_run(run: range) -> list[float]:
+        return [_ap_sum_of_chunk(k, *spans[i], before[i], spans[i][0] + all_before, n_pos, n_all) for i in run]
 
     ap_sum = 0.0
-    for pos_g, precision in ordered(vectors, range(len(spans)), 2 * threads if threads > 1 else 1):
-        ap_sum += float(torch.dot(pos_g, precision))
+    for term in itertools.chain.from_iterable(run_all(sum_run, runs)):
+        ap_sum += term
     return ap_sum
 
 

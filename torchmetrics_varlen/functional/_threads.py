@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import torch
@@ -58,20 +58,3 @@ def run_all(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     if len(todo) <= 1:
         return [fn(item) for item in todo]
     return list(_executor().map(fn, todo))
-
-
-def ordered(fn: Callable[[T], R], items: Iterable[T], ahead: int) -> Iterator[R]:
-    """``fn(item)`` for each item, in order, computed on worker threads at most ``ahead`` items ahead of the
-    consumer (so at most ``ahead`` results are held at once); ``ahead <= 1``: on this thread, one by one.
-    """
-    if ahead <= 1:
-        yield from map(fn, items)
-        return
-    pool = _executor()
-    pending: list[Future[R]] = []
-    for item in items:
-        pending.append(pool.submit(fn, item))
-        if len(pending) >= ahead:
-            yield pending.pop(0).result()
-    for future in pending:
-        yield future.result()
