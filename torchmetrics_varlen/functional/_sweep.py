@@ -28,6 +28,7 @@ from torchmetrics_varlen.functional._sort import SortedKeys, decode
 BLOCK = 1 << 16
 
 _BITS = {2: torch.int16, 4: torch.int32}  # a float's width -> the integer its threshold bits are written as
+_TORCH_INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}  # a key's width -> its torch dtype
 
 
 def usable(col: Any) -> bool:
@@ -60,8 +61,10 @@ def _ends(k: Any) -> Iterator[tuple[int, Any, Any]]:
     step = min(BLOCK, n)
     diff = np.empty(step, dtype=k.dtype)
     more = np.empty(step, dtype=bool)
-    labels = np.empty(step, dtype=k.dtype)
-    running = np.empty(step, dtype=np.int64)
+    labels = torch.empty(step, dtype=_TORCH_INT[k.dtype.itemsize])
+    labels_np = labels.numpy()
+    running = torch.empty(step, dtype=torch.int64)  # torch's cumulative sum is several times NumPy's speed
+    running_np = running.numpy()
     before, positives = 0, 0
     for a in range(0, n, step):
         m = min(step, n - a)
@@ -72,11 +75,11 @@ def _ends(k: Any) -> Iterator[tuple[int, Any, Any]]:
         if last:
             more[inner] = True
         local = np.flatnonzero(more[:m])
-        np.bitwise_and(k[a : a + m], 1, out=labels[:m])
-        np.cumsum(labels[:m], out=running[:m])
-        pos_le = running[local]
+        np.bitwise_and(k[a : a + m], 1, out=labels_np[:m])
+        torch.cumsum(labels[:m], 0, out=running[:m])
+        pos_le = running_np[local]
         pos_le += positives
-        positives += int(running[m - 1])
+        positives += int(running_np[m - 1])
         local += a
         yield before, local, pos_le
         before += local.shape[0]
@@ -101,9 +104,9 @@ def roc(col: SortedKeys, warn_absent: tuple[str, str]) -> tuple[Tensor, Tensor, 
     n, n_pos = k.shape[0], col.n_pos
     n_neg = n - n_pos
     if n_neg <= 0:
-        warnings.warn(warn_absent[0], UserWarning, stacklevel=4)
+        warnings.warn(warn_absent[0], UserWarning, stacklevel=2)
     if n_pos <= 0:
-        warnings.warn(warn_absent[1], UserWarning, stacklevel=4)
+        warnings.warn(warn_absent[1], UserWarning, stacklevel=2)
     g = _num_groups(k)
     fpr, tpr = torch.empty(g + 1, dtype=torch.float32), torch.empty(g + 1, dtype=torch.float32)
     thresholds = torch.empty(g + 1, dtype=col.dtype)
