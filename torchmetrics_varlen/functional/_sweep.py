@@ -111,14 +111,15 @@ def roc(col: SortedKeys, warn_absent: tuple[str, str]) -> tuple[Tensor, Tensor, 
     fpr, tpr = torch.empty(g + 1, dtype=torch.float32), torch.empty(g + 1, dtype=torch.float32)
     thresholds = torch.empty(g + 1, dtype=col.dtype)
     fpr_np, tpr_np, thr_np = fpr.numpy(), tpr.numpy(), thresholds.view(_BITS[col.dtype.itemsize]).numpy()
-    # The point after the run ending at rank r (highest first: position g - 1 - r) counts the samples above it; the
-    # lowest distinct score (position g) counts every sample.
+    # Positions count from the highest score. The samples above the run of rank r (ranks increase with the score)
+    # are the false / true positives at the next higher score, position g - 1 - r (the origin for the last run);
+    # its threshold is at position g - r. The lowest score (position g) counts every sample.
     fpr_np[g], tpr_np[g] = (1.0 if n_neg > 0 else 0.0), (1.0 if n_pos > 0 else 0.0)
     thresholds[0] = 1.0
     for before, ends, pos_le in _ends(k):
         c = ends.shape[0]
         at = slice(g - before - c, g - before)
-        # Negatives above the run's end: n_neg - (ends + 1 - pos_le); positives above: n_pos - pos_le.
+        # Negatives above the run: n_neg - (ends + 1 - pos_le); positives above: n_pos - pos_le (exact int64).
         if n_neg > 0:
             neg_above = pos_le - ends
             neg_above += n_neg - 1
