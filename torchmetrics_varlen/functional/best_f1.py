@@ -8,21 +8,31 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._checks import Normalization, RankingArgs
-from torchmetrics_varlen.functional._count import Binned, Problem, batch_problems
+from torchmetrics_varlen.functional import _sweep
+from torchmetrics_varlen.functional._count import Binned, Problem, batch_problems, problem_device
 from torchmetrics_varlen.functional._ranking import as_output, descending
-from torchmetrics_varlen.functional._sort import Counts, materialize
+from torchmetrics_varlen.functional._sort import Counts, SortedKeys, materialize, size
 from torchmetrics_varlen.functional._tasks import Split
 
 TASKS = ("binary", "multilabel")
 
 
-def _binary_best_f1(counts: Counts) -> tuple[Tensor, Tensor]:
-    fps, tps, thresholds = descending(counts)
-    n_pos = int(tps[-1]) if tps.numel() else 0
-    if n_pos == 0:
+def _binary_best_f1(problem: Counts | SortedKeys) -> tuple[Tensor, Tensor]:
+    if size(problem)[0] == 0:
         warnings.warn("No positive samples in targets: F1 is 0 at every threshold.", UserWarning, stacklevel=4)
-        nan = torch.tensor(float("nan"), dtype=thresholds.dtype, device=tps.device)
-        return as_output(torch.zeros((), device=tps.device)), nan
+        if isinstance(problem, SortedKeys):
+            dtype = problem.dtype
+        else:
+            assert problem.scores is not None
+            dtype = problem.scores.dtype
+        device = problem_device(problem)
+        return as_output(torch.zeros((), device=device)), torch.tensor(float("nan"), dtype=dtype, device=device)
+    if _sweep.usable(problem):  # sorted keys on CPU: one pass, the same bits
+        assert isinstance(problem, SortedKeys)
+        f1, threshold = _sweep.best_f1(problem)
+        return as_output(f1), threshold
+    fps, tps, thresholds = descending(materialize(problem, with_scores=True))
+    n_pos = int(tps[-1])
     # F1 = 2 TP / (2 TP + FP + FN) = 2 TP / (TP + FP + P): integer numerator and denominator, one division.
     f1 = 2.0 * tps.double() / (tps + fps + n_pos).double()
     best = int(torch.argmax(f1))  # first maximum: the highest threshold among ties (argmax of the float64 values)
@@ -31,7 +41,7 @@ def _binary_best_f1(counts: Counts) -> tuple[Tensor, Tensor]:
 
 def _compute(problems: list[Problem], split: Split) -> tuple[Tensor, Tensor]:
     """Best F1 of counted problems (exact or 16-bit): a pair, or a pair of ``(L,)`` vectors per label."""
-    pairs = [_binary_best_f1(materialize(p, with_scores=True)) for p in problems if not isinstance(p, Binned)]
+    pairs = [_binary_best_f1(p) for p in problems if not isinstance(p, Binned)]
     if not split.per_class:
         return pairs[0]
     return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])

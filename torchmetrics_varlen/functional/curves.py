@@ -9,8 +9,17 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._checks import CURVE_AVERAGES, Normalization, RankingArgs, Thresholds
+from torchmetrics_varlen.functional import _sweep
 from torchmetrics_varlen.functional._count import Binned, Problem, batch_problems
-from torchmetrics_varlen.functional._ranking import _NO_POSITIVES_PR, as_output, descending, roc_from_counts, safe_ratio
+from torchmetrics_varlen.functional._ranking import (
+    _NO_NEGATIVES_ROC,
+    _NO_POSITIVES_PR,
+    _NO_POSITIVES_ROC,
+    as_output,
+    descending,
+    roc_from_counts,
+    safe_ratio,
+)
 from torchmetrics_varlen.functional._sort import Counts, materialize
 from torchmetrics_varlen.functional._tasks import Split
 from torchmetrics_varlen.functional._weighted import weighted_batch_problems, weighted_rates
@@ -55,6 +64,11 @@ def _binned_pr(confmat: Tensor, thresholds: Tensor) -> tuple[Tensor, Tensor, Ten
 def _curve_of(kind: str, problem: Problem) -> tuple[Tensor, Tensor, Tensor]:
     if isinstance(problem, Binned):
         return (_binned_roc if kind == "roc" else _binned_pr)(problem.confmat, problem.thresholds)
+    if _sweep.usable(problem):  # sorted keys on CPU: straight into the outputs, the same bits
+        assert not isinstance(problem, Counts)
+        if kind == "roc":
+            return _sweep.roc(problem, (_NO_NEGATIVES_ROC, _NO_POSITIVES_ROC))
+        return _sweep.precision_recall(problem, _NO_POSITIVES_PR)
     return (_exact_roc if kind == "roc" else _exact_pr)(materialize(problem, with_scores=True))
 
 
