@@ -132,7 +132,7 @@ def _run_bound(k: Any, at: Any, step: int, local: int = 3) -> Any:
     todo = np.arange(at.size)
     for _ in range(local):
         here = bound[todo]
-        neighbour = np.clip(here + step, 0, k.shape[0] - 1)
+        neighbour = np.minimum(here + 1, k.shape[0] - 1) if step > 0 else np.maximum(here - 1, 0)
         todo = todo[(k[neighbour] == value[todo]) & (neighbour != here)]
         if not todo.size:
             return bound
@@ -184,7 +184,7 @@ def _area_part(k: Any, lo: int, hi: int) -> tuple[int, int, int]:
             continue
         longer = (twins[mixed] == 0) | (twins[mixed + 2] == 0)  # the key before / after the pair repeats
         runs = mixed[longer] + s
-        ties += mixed.size - runs.size
+        ties += mixed.size - runs.size  # one negative and one positive: a product of 1
         if runs.size:
             first_neg = _run_bound(k, runs, -1)
             last_pos = _run_bound(k, runs + 1, 1)
