@@ -138,21 +138,37 @@ def fits_compact(preds: Tensor | Sequence[Tensor]) -> bool:
     return all(within(block, 0, 2, closed=False) for block, _ in blocks(preds))
 
 
-def _encode_compact_cpu(out: Tensor, bits: Tensor, label: Tensor) -> None:
-    """Compact keys ``bits << 1 | label`` of one block into ``out`` with NumPy (no temporary: labels of any integer
-    or bool dtype are cast inside the loop), in parts on worker threads when the block is big (:mod:`._threads`).
+def _encode_cpu(out: Tensor, bits: Tensor, label: Tensor, compact: bool) -> None:
+    """Keys of one block into ``out`` with NumPy (labels of any integer or bool dtype are cast inside the loops), in
+    parts on worker threads when the block is big (:mod:`._threads`): no torch operation per chunk, so no OpenMP
+    team to wake (and wait for, on a loaded host) a few hundred times.
 
-    The shift drops the sign bit (so -0.0 lands on +0.0's key) and makes room for the label; the rest of a
-    non-negative float's bits increase with it.
+    Compact keys are ``bits << 1 | label``: the shift drops the sign bit (so -0.0 lands on +0.0's key) and makes room
+    for the label; the rest of a non-negative float's bits increase with it. Wide keys first map the sign-magnitude
+    bits to an increasing integer: ``|b|`` for negative floats (and -0.0, which lands on the key of +0.0),
+    ``|b| + 2**(bits - 1)`` for positive ones.
     """
     import numpy as np
 
     keys, codes, labels = out.numpy(), bits.detach().numpy(), label.detach().numpy()
+    half = 1 << (8 * codes.itemsize - 1)  # 2**(bits - 1) of the scores' width
 
     def run(span: tuple[int, int]) -> None:
-        for a in range(span[0], span[1], ENCODE_CHUNK):
-            b = min(a + ENCODE_CHUNK, span[1])
-            np.left_shift(codes[a:b], 1, out=keys[a:b])
+        step = ENCODE_CHUNK if compact else CHUNK
+        if not compact:
+            wide = np.empty(min(step, span[1] - span[0]), dtype=keys.dtype)
+            nonneg = np.empty(wide.shape[0], dtype=bool)
+        for a in range(span[0], span[1], step):
+            b = min(a + step, span[1])
+            if compact:
+                np.left_shift(codes[a:b], 1, out=keys[a:b])
+            else:
+                w, m = wide[: b - a], nonneg[: b - a]
+                np.copyto(w, codes[a:b])
+                np.greater_equal(w, 0, out=m)
+                np.abs(w, out=w)
+                np.add(w, half, out=w, where=m)
+                np.left_shift(w, 1, out=keys[a:b])
             np.bitwise_or(keys[a:b], labels[a:b], out=keys[a:b], casting="unsafe")
 
     n = keys.shape[0]
@@ -169,8 +185,8 @@ def _encode(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor],
     for scores, label in blocks(pieces, target):
         assert label is not None
         n_pos += int(torch.count_nonzero(label))  # a bool sum would copy to int64
-        if compact and keys.is_cpu and scores.is_cpu and label.is_cpu:
-            _encode_compact_cpu(keys[offset : offset + scores.numel()], scores.view(as_int), label)
+        if keys.is_cpu and scores.is_cpu and label.is_cpu:
+            _encode_cpu(keys[offset : offset + scores.numel()], scores.view(as_int), label, compact)
             offset += scores.numel()
             continue
         if compact:
