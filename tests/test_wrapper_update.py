@@ -15,10 +15,10 @@ import torch
 from sklearn.metrics import roc_auc_score
 from torch import Tensor
 from torchmetrics import Metric
-from torchmetrics.classification import BinaryAccuracy, BinaryAUROC
+from torchmetrics.classification import BinaryAccuracy, BinaryAUROC, BinaryF1Score
 from torchmetrics.utilities.data import dim_zero_cat
 
-from torchmetrics_varlen import Varlen
+from torchmetrics_varlen import Varlen, VarlenAUROC, VarlenAveragePrecision, VarlenCollection
 
 SCORES = torch.tensor([0.9, 0.2, 0.6, 0.3, 0.8, 0.1, 0.7, 0.4])
 LABELS = torch.tensor([1, 0, 1, 0, 0, 1, 1, 0])
@@ -321,3 +321,70 @@ def test_a_subclass_update_is_wrapped_as_torchmetrics_does() -> None:
     assert wrapped.calls == 3
     assert wrapped._update_count == wrapped.metric._update_count == 1
     assert wrapped.metric.modes == [False]
+
+
+# ----------------------------------------------------------------------------- VarlenCollection's compute groups
+
+
+def _counts(metric: Metric) -> dict[str, int]:
+    return {n: int(getattr(metric, n)) for n in metric._defaults if n in ("num_samples", "rows_seen", "varlen_rows")}
+
+
+@pytest.mark.parametrize("read_between", [False, True])
+def test_compute_group_members_see_the_first_members_states_after_every_update(read_between: bool) -> None:
+    """AUROC and AP share one compute group, Varlen(F1) and Varlen(Accuracy) another (the first of each updates):
+    every member reads the first member's lists and counts after every batch, whether or not they were read in
+    between, and the values and the state_dict are those of metrics updated alone with the rows the collection keeps
+    (its dataset_size drops the last one).
+    """
+    coll = VarlenCollection(
+        {"auroc": VarlenAUROC(), "ap": VarlenAveragePrecision(), "f1": BinaryF1Score(), "acc": BinaryAccuracy()},
+        dataset_size=7,
+    )
+    alone = {"auroc": VarlenAUROC(), "ap": VarlenAveragePrecision()}  # fed what the collection keeps
+    for start in range(0, 8, 3):
+        coll.update(SCORES[start : start + 3], LABELS[start : start + 3])
+        for metric in alone.values():
+            metric.update(SCORES[start : min(start + 3, 7)], LABELS[start : min(start + 3, 7)])
+        if read_between or start == 6:
+            members = coll._modules
+            assert members["ap"].preds is members["auroc"].preds
+            assert _counts(members["ap"]) == _counts(members["auroc"]) == _counts(alone["ap"])
+            assert _counts(members["acc"]) == _counts(members["f1"])
+            assert members["acc"].metric.tp is members["f1"].metric.tp
+            assert members["ap"]._update_count == members["auroc"]._update_count
+    assert sorted(coll._groups.values()) == [["acc", "f1"], ["ap", "auroc"]]  # the first of each updates
+    coll.persistent(True)
+    saved = coll.state_dict()
+    for name, metric in alone.items():
+        metric.persistent(True)
+        for key, value in metric.state_dict().items():
+            mine = saved[f"{name}.{key}"]
+            assert (
+                all(torch.equal(a, b) for a, b in zip(mine, value, strict=True))
+                if isinstance(value, list)
+                else (torch.equal(mine, value))
+            ), key
+    values = coll.compute()
+    assert torch.equal(values["auroc"], alone["auroc"].compute())
+    assert torch.equal(values["ap"], alone["ap"].compute())
+    assert float(values["auroc"]) == pytest.approx(roc_auc_score(LABELS[:7], SCORES[:7]), abs=1e-7)
+    assert float(values["acc"]) == pytest.approx(float(BinaryAccuracy()(SCORES[:7], LABELS[:7])))
+    assert coll.sync_report is not None
+    assert (coll.sync_report.received, coll.sync_report.duplicates_dropped) == (7, 1)
+
+
+def test_compute_group_counts_follow_reset_and_rejected_batches() -> None:
+    coll = VarlenCollection({"auroc": VarlenAUROC(), "ap": VarlenAveragePrecision()})
+    coll.update(SCORES[:4], LABELS[:4])
+    with pytest.raises(ValueError, match="Expected `preds` to be finite"):
+        coll.update(torch.tensor([0.5, float("nan")]), LABELS[:2])
+    coll.update(SCORES[4:], LABELS[4:])
+    members = coll._modules
+    assert _counts(members["ap"]) == _counts(members["auroc"]) == {"num_samples": 8, "rows_seen": 8}
+    assert int(members["ap"].rejected) == int(members["auroc"].rejected) == 2
+    coll.reset()
+    assert _counts(members["ap"]) == _counts(members["auroc"]) == {"num_samples": 0, "rows_seen": 0}
+    coll.update(SCORES[:5], LABELS[:5])
+    assert _counts(members["ap"]) == _counts(members["auroc"]) == {"num_samples": 5, "rows_seen": 5}
+    assert float(coll.compute()["ap"]) == pytest.approx(float(VarlenAveragePrecision()(SCORES[:5], LABELS[:5])))
