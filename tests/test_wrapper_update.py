@@ -19,6 +19,7 @@ from torchmetrics.classification import BinaryAccuracy, BinaryAUROC, BinaryF1Sco
 from torchmetrics.utilities.data import dim_zero_cat
 
 from torchmetrics_varlen import Varlen, VarlenAUROC, VarlenAveragePrecision, VarlenCollection
+from torchmetrics_varlen._checks import int_ends
 
 SCORES = torch.tensor([0.9, 0.2, 0.6, 0.3, 0.8, 0.1, 0.7, 0.4])
 LABELS = torch.tensor([1, 0, 1, 0, 0, 1, 1, 0])
@@ -388,3 +389,38 @@ def test_compute_group_counts_follow_reset_and_rejected_batches() -> None:
     coll.update(SCORES[:5], LABELS[:5])
     assert _counts(members["ap"]) == _counts(members["auroc"]) == {"num_samples": 5, "rows_seen": 5}
     assert float(coll.compute()["ap"]) == pytest.approx(float(VarlenAveragePrecision()(SCORES[:5], LABELS[:5])))
+
+
+# ----------------------------------------------------------------------------- the ids' range
+
+
+@pytest.mark.parametrize("n", [1, 63, 1023, 1024, 5000])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.uint8])
+@pytest.mark.parametrize("high", [True, False])
+def test_int_ends_is_the_exact_range(n: int, dtype: torch.dtype, high: bool) -> None:
+    gen = torch.Generator().manual_seed(n)
+    top = torch.iinfo(dtype).max
+    values = torch.randint(0 if dtype == torch.uint8 else -top, top, (2 * n,), generator=gen, dtype=torch.int64)
+    if dtype == torch.int64:
+        values[0], values[-1] = -(2**63), 2**63 - 1  # the extremes, exactly
+    for piece in (values.to(dtype), values.to(dtype)[::2]):  # contiguous and strided
+        low, highest = int_ends(piece, high=high)
+        assert (type(low), type(highest)) == (int, int)
+        assert low == int(piece.min())
+        assert highest == (int(piece.max()) if high else low)
+
+
+def test_negative_ids_are_refused_on_big_batches_too() -> None:
+    for n in (10, 4096):
+        metric = VarlenAUROC()
+        ids = torch.arange(n)
+        ids[n // 2] = -3
+        with pytest.raises(ValueError, match=r"Expected `sample_ids` to be >= 0, but found -3."):
+            metric.update(torch.rand(n), torch.randint(0, 2, (n,)), sample_ids=ids)
+        wrapped = Varlen(BinaryAUROC(), dataset_size=n)
+        with pytest.raises(ValueError, match=rf"sample id -3 is outside \[0, dataset_size={n}\)"):
+            wrapped.update(torch.rand(n), torch.randint(0, 2, (n,)), sample_ids=ids)
+        ids[n // 2] = n
+        with pytest.raises(ValueError, match=rf"sample id {n} is outside \[0, dataset_size={n}\)"):
+            wrapped.update(torch.rand(n), torch.randint(0, 2, (n,)), sample_ids=ids)
+        assert wrapped.metric.preds == []

@@ -36,6 +36,7 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
+from torchmetrics_varlen._checks import int_ends
 from torchmetrics_varlen._dedup import SyncReport, report_from_counts, sampler_kept_rows
 from torchmetrics_varlen._dist.group import group_position
 
@@ -240,7 +241,7 @@ class Ledger:
         """
         if self.dataset_size is None or ids.numel() == 0:
             return
-        low, high = bounds if bounds is not None else (int(v) for v in torch.aminmax(ids))
+        low, high = bounds if bounds is not None else int_ends(ids)
         if low < 0 or high >= self.dataset_size:
             bad = low if low < 0 else high
             msg = (
