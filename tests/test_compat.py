@@ -25,6 +25,24 @@ def test_torch_distributed_private_resolves(name: str) -> None:
     assert callable(getattr(dist.distributed_c10d, name, None)), f"torch.distributed.distributed_c10d.{name} is gone"
 
 
+@pytest.mark.parametrize("name", _compat.TORCH_C_PRIVATE)
+def test_torch_c_private_resolves(name: str) -> None:
+    assert callable(getattr(torch._C, name, None)), f"torch._C.{name} is gone ({VERSIONS})"
+
+
+def test_the_grad_mode_switch_is_what_set_grad_enabled_sets() -> None:
+    before = torch.is_grad_enabled()
+    try:
+        for mode in (False, True, False):
+            _compat.set_grad_mode(mode)
+            assert torch.is_grad_enabled() is mode
+            with torch.set_grad_enabled(not mode):
+                assert torch.is_grad_enabled() is (not mode)
+            assert torch.is_grad_enabled() is mode
+    finally:
+        torch.set_grad_enabled(before)
+
+
 @pytest.mark.parametrize("name", _compat.TORCH_MODULE_OVERRIDDEN)
 def test_torch_module_method_exists(name: str) -> None:
     assert callable(getattr(torch.nn.Module, name, None)), f"torch.nn.Module.{name} is gone ({VERSIONS})"

@@ -1,7 +1,8 @@
 """Every private name of PyTorch and torchmetrics the package relies on, in one place.
 
 The package overrides a few of torchmetrics' private methods (its guarded sync replaces the per-state gathers) and
-reads some of a metric's private attributes; it calls three private functions of ``torch.distributed``.
+reads some of a metric's private attributes; it calls three private functions of ``torch.distributed`` and torch's
+grad mode switch.
 ``tests/test_compat.py`` checks each name below against the installed versions, so that an upstream rename fails
 one test that names it instead of a distributed sync somewhere deep in a user's job, and checks that the package
 uses no other private name of either library. The supported range (``pyproject.toml``) is tested at both ends
@@ -10,12 +11,17 @@ uses no other private name of either library. The supported range (``pyproject.t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 # torch.distributed.distributed_c10d: the default group, its store, and the unique name of a group.
 TORCH_PRIVATE = ("_get_default_group", "_get_default_store", "_get_process_group_name")
+
+# torch._C: the grad mode switch itself (what torch.set_grad_enabled sets, without building its context object).
+TORCH_C_PRIVATE = ("_set_grad_enabled",)
 
 # torch.nn.Module: saving and restoring a metric's ledger (sampler segment, counters) with its states.
 TORCH_MODULE_OVERRIDDEN = ("_load_from_state_dict", "_save_to_state_dict")
@@ -23,8 +29,16 @@ TORCH_MODULE_OVERRIDDEN = ("_load_from_state_dict", "_save_to_state_dict")
 # torchmetrics.Metric methods the package overrides: the guarded sync replaces the per-state gathers
 # (_sync_dist) inside torchmetrics' compute wrapper (_wrap_compute); list states are snapshot without a copy
 # (_copy_state_dict, whose result torchmetrics keeps as _cache for unsync); a wrapper merges update kwargs
-# (_filter_kwargs).
-TORCHMETRICS_OVERRIDDEN = ("_wrap_compute", "_sync_dist", "_copy_state_dict", "_filter_kwargs")
+# (_filter_kwargs) and runs the update wrapper's bookkeeping itself once for both metrics (_wrap_update, calling
+# _move_list_states_to_cpu as it does).
+TORCHMETRICS_OVERRIDDEN = (
+    "_wrap_compute",
+    "_sync_dist",
+    "_copy_state_dict",
+    "_filter_kwargs",
+    "_wrap_update",
+    "_move_list_states_to_cpu",
+)
 
 # Attributes of every torchmetrics.Metric instance the package reads or sets: the update counter, the cached value,
 # the sync flags and snapshot, and the state registry (defaults, reductions, persistence, forward's batch value).
@@ -38,7 +52,13 @@ TORCHMETRICS_ATTRIBUTES = (
     "_reductions",
     "_persistent",
     "_forward_cache",
+    "_enable_grad",
 )
+
+
+# Switch autograd on or off for this thread: what ``torch.set_grad_enabled(mode)`` sets (as a function or as a
+# context), without building its object (the wrapper's update runs it twice per batch).
+set_grad_mode: Callable[[bool], None] = torch._C._set_grad_enabled
 
 
 def default_group() -> Any:

@@ -375,7 +375,7 @@ def check_sample_ids(sample_ids: Any, rows: int, metric: Metric) -> Tensor:
             " `dataset_size=` to drop DistributedSampler padding instead."
         )
         raise ValueError(msg)
-    custom = sorted(n for n, fx in metric._reductions.items() if fx is not None and fx is not dim_zero_cat)
+    custom = reductions_by_id(metric)
     if custom:
         msg = (
             f"Expected `sample_ids` only with list states reduced by concatenation or kept as lists, but"
@@ -383,6 +383,13 @@ def check_sample_ids(sample_ids: Any, rows: int, metric: Metric) -> Tensor:
         )
         raise ValueError(msg)
     return ids.long()
+
+
+def reductions_by_id(metric: Metric) -> list[str]:
+    """The metric's states that ``sample_ids`` cannot de-duplicate by their reduction (not a concatenation, not a
+    list kept as it is).
+    """
+    return sorted(n for n, fx in metric._reductions.items() if fx is not None and fx is not dim_zero_cat)
 
 
 def list_states(metric: Metric) -> dict[str, list[Any]]:
@@ -398,18 +405,23 @@ def check_growth(metric: Metric, before: dict[str, int], rows: int | None) -> No
         first = before.get(name, 0)
         if rows is None and (len(value) == first or (len(value) == first + 1 and isinstance(value[-1], Tensor))):
             continue  # the common update: one tensor appended, or nothing
-        new = value[first:]
-        bad = next((e for e in new if not isinstance(e, Tensor)), None)
-        if bad is not None:
-            msg = (
-                f"Expected the list state `{name}` of {type(metric).__name__} to hold tensors, but got a"
-                f" {type(bad).__name__}: Varlen moves tensors only; sync this metric with torchmetrics instead."
-            )
-            raise TypeError(msg)
-        if rows is not None and list_rows(new) != rows:
-            msg = (
-                f"Expected every list state of {type(metric).__name__} to grow by one row per sample with"
-                f" `sample_ids` ({rows} rows), but `{name}` grew by {list_rows(new)}. Use `dataset_size=` to drop"
-                " DistributedSampler padding instead."
-            )
-            raise ValueError(msg)
+        check_grown(metric, name, value, first, rows)
+
+
+def check_grown(metric: Metric, name: str, value: list[Any], first: int, rows: int | None) -> None:
+    """:func:`check_growth` of the list state ``name`` (``value``), ``first`` elements long before the update."""
+    new = value[first:]
+    bad = next((e for e in new if not isinstance(e, Tensor)), None)
+    if bad is not None:
+        msg = (
+            f"Expected the list state `{name}` of {type(metric).__name__} to hold tensors, but got a"
+            f" {type(bad).__name__}: Varlen moves tensors only; sync this metric with torchmetrics instead."
+        )
+        raise TypeError(msg)
+    if rows is not None and list_rows(new) != rows:
+        msg = (
+            f"Expected every list state of {type(metric).__name__} to grow by one row per sample with"
+            f" `sample_ids` ({rows} rows), but `{name}` grew by {list_rows(new)}. Use `dataset_size=` to drop"
+            " DistributedSampler padding instead."
+        )
+        raise ValueError(msg)

@@ -36,6 +36,7 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
+from torchmetrics_varlen._checks import int_ends
 from torchmetrics_varlen._dedup import SyncReport, report_from_counts, sampler_kept_rows
 from torchmetrics_varlen._dist.group import group_position
 
@@ -86,6 +87,39 @@ def host_counters(cls: type, names: Sequence[str]) -> None:
     """Make the tensor states ``names`` of ``cls`` :class:`Counter` states."""
     for name in names:
         setattr(cls, name, Counter(name))
+
+
+_SHARED_COUNTERS: dict[tuple[type, type], frozenset[str]] = {}  # per pair of classes: their common Counter states
+
+
+def share_states(first: Metric, other: Metric) -> None:
+    """``other`` takes ``first``'s states, as a torchmetrics compute group shares them per update (``setattr(other,
+    name, getattr(first, name))`` for every state, then the update count), without a ``setattr`` per state and batch:
+    a state that is already ``first``'s object is not set again, and a :class:`Counter` state of both is shared as its
+    tensor and its pending count (reading it, on either metric, gives ``first``'s count; nothing is written into a new
+    tensor per batch).
+    """
+    key = (type(first), type(other))
+    counters = _SHARED_COUNTERS.get(key)
+    if counters is None:
+        names = [n for n in first._defaults if all(isinstance(getattr(c, n, None), Counter) for c in key)]
+        counters = _SHARED_COUNTERS[key] = frozenset(names)
+    first_state, other_state = first.__dict__, other.__dict__
+    for name in first._defaults:
+        if name not in counters:
+            value = getattr(first, name)
+            if getattr(other, name) is not value:
+                setattr(other, name, value)
+            continue
+        raw, pending = first_state[name], other_state["_ledger"].pending
+        if other_state.get(name) is not raw:
+            setattr(other, name, raw)  # its Counter forgets what other's ledger knew of the old tensor
+        count = first_state["_ledger"].pending.get(name, 0)
+        if count:
+            pending[name] = count
+        else:
+            pending.pop(name, None)
+    other._update_count = first._update_count
 
 
 class Ledger:
@@ -207,7 +241,7 @@ class Ledger:
         """
         if self.dataset_size is None or ids.numel() == 0:
             return
-        low, high = bounds if bounds is not None else (int(v) for v in torch.aminmax(ids))
+        low, high = bounds if bounds is not None else int_ends(ids)
         if low < 0 or high >= self.dataset_size:
             bad = low if low < 0 else high
             msg = (

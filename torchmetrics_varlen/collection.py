@@ -16,10 +16,12 @@ from torchmetrics_varlen._dist.guard import new_identity
 from torchmetrics_varlen._guarded import GuardedMetric, Payload
 from torchmetrics_varlen._intake import batch_rows, cut_batch
 from torchmetrics_varlen._joint import sync_together
-from torchmetrics_varlen._ledger import Ledger
+from torchmetrics_varlen._ledger import Ledger, share_states
 from torchmetrics_varlen.wrappers import Varlen
 
 _LEDGER = "#ledger."  # the prefix of the collection's counters in its first part's metadata
+# Plain attributes the collection (and torchmetrics' MetricCollection) sets per update.
+_PLAIN = frozenset(("_sync_version", "_ledger_info", "_mode", "_state_is_copy", "_in_update"))
 
 
 def _adopt(name: str, metric: Metric) -> Metric:
@@ -97,6 +99,12 @@ class VarlenCollection(MetricCollection):
         self._sync_epoch = 0  # reset() calls so far: the joint sync's epoch
         self._sync_version = 0  # update() / forward() calls since: changes whenever the states do
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _PLAIN:  # what nn.Module.__setattr__ would do for them, without its checks (per update)
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         """A copy (``clone``, ``deepcopy``, unpickling) is a new collection: a new sync identity."""
         super().__setstate__(state)  # type: ignore[no-untyped-call]
@@ -137,7 +145,26 @@ class VarlenCollection(MetricCollection):
     def update(self, *args: Any, **kwargs: Any) -> None:
         """Drop the batch's sampler padding (``dataset_size``), then update every metric (or compute group)."""
         self._sync_version += 1
-        self._take(args, kwargs, super().update)
+        self._in_update = True  # the compute groups' states are shared the cheap way (share_states)
+        try:
+            self._take(args, kwargs, super().update)
+        finally:
+            self._in_update = False
+
+    _in_update = False
+
+    def _compute_groups_create_state_ref(self, copy: bool = False) -> None:
+        """Torchmetrics' (every member of a compute group takes the first member's states); per update without a
+        ``setattr`` per state: :func:`~torchmetrics_varlen._ledger.share_states`.
+        """
+        if copy or self._state_is_copy or not self._in_update:
+            super()._compute_groups_create_state_ref(copy)
+            return
+        modules = self._modules
+        for group in self._groups.values():
+            first = modules[group[0]]
+            for name in group[1:]:
+                share_states(first, modules[name])
 
     def forward(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Drop the batch's sampler padding, then every metric's ``forward`` (batch values, no sync); a batch made

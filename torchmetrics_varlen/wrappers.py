@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import operator
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -10,16 +12,19 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
+from torchmetrics_varlen._compat import set_grad_mode
 from torchmetrics_varlen._dedup import SyncReport
 from torchmetrics_varlen._dist.exchange import Gathered, Mode
 from torchmetrics_varlen._guarded import GuardedMetric, Payload
 from torchmetrics_varlen._intake import (
     batch_rows,
+    check_grown,
     check_growth,
     check_sample_ids,
     cut_batch,
     inner_config,
     list_states,
+    reductions_by_id,
     wrappable,
 )
 from torchmetrics_varlen._ledger import Ledger, host_counters, warning_compute
@@ -29,6 +34,137 @@ _OWN: tuple[str, str, str, str] = ("varlen_ids", "varlen_rows", "varlen_padding"
 _PLAIN = frozenset(("_computed", "_update_count", "_forward_cache"))  # plain attributes torchmetrics sets per update
 _IDS = "#ids"  # the wire name of the ids (never a state name of the wrapped metric)
 _COMPUTE_WARNING = r"The ``compute`` method of metric"
+_PLAN_KEY = "_varlen_plan"  # the wrapper's _Plan of its metric, in its __dict__ (not pickled: made again)
+_WRAPPER_CODE = Metric._wrap_update(None, print).__code__  # type: ignore[arg-type]  # torchmetrics' update wrapper
+
+
+def _device_error(metric: Metric, err: RuntimeError) -> None:
+    """Raise torchmetrics' message for inputs on another device than the metric (its update wrapper's), if ``err``
+    is that case.
+    """
+    if "Expected all tensors to be on" in str(err):
+        name = type(metric).__name__
+        msg = (
+            "Encountered different devices in metric calculation (see stacktrace for details). This could be due to"
+            f" the metric class not being on the same device as input. Instead of `metric={name}(...)` try to do"
+            f" `metric={name}(...).to(device)` where device corresponds to the device of the input."
+        )
+        raise RuntimeError(msg) from err
+
+
+def _run_update(metric: Metric, update: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """The body of torchmetrics' update wrapper (``Metric._wrap_update``) after its two counters: ``update`` under the
+    metric's grad mode (set, and put back, only when it differs: what torchmetrics' ``set_grad_enabled`` context
+    does), its message for tensors on different devices, and the move of the list states to the CPU.
+    """
+    enable = metric._enable_grad
+    previous = torch.is_grad_enabled()
+    try:
+        if previous != enable:
+            set_grad_mode(enable)
+        update(*args, **kwargs)
+    except RuntimeError as err:
+        _device_error(metric, err)
+        raise
+    finally:
+        if torch.is_grad_enabled() != previous:
+            set_grad_mode(previous)
+    if metric.compute_on_cpu:
+        metric._move_list_states_to_cpu()
+
+
+class _Plan:
+    """What every batch of the wrapper reuses from the first one, as long as the wrapped metric keeps the same states
+    and the same ``update`` attribute (a copy re-wraps it; a metric may add states in its first update).
+
+    - ``names``: its states (the lengths of its list states are all the rollback and the growth check need);
+    - ``custom``: its states reduced otherwise than by concatenation (``sample_ids`` need none);
+    - ``method``: the class's ``update`` when the attribute is torchmetrics' own update wrapper of it, on a metric that
+      sets its attributes as torchmetrics does (``None`` otherwise). Then the wrapper runs that method itself with
+      that wrapper's bookkeeping, once, instead of through two nested torchmetrics wrappers.
+    """
+
+    __slots__ = ("custom", "method", "names", "states", "wrapper")
+
+    def __init__(self, inner: Metric) -> None:
+        self.names = tuple(inner._defaults)
+        get = operator.attrgetter(*self.names) if self.names else lambda _: ()
+        self.states: Callable[[Metric], tuple[Any, ...]] = get if len(self.names) != 1 else lambda m: (get(m),)
+        self.wrapper = inner.__dict__.get("update")
+        self.custom = reductions_by_id(inner)
+        bound = getattr(self.wrapper, "__wrapped__", None)
+        cls = type(inner)
+        plain = cls._wrap_update is Metric._wrap_update and cls.__setattr__ is Metric.__setattr__
+        own = getattr(self.wrapper, "__code__", None) is _WRAPPER_CODE and getattr(bound, "__self__", None) is inner
+        ours = plain and own and getattr(bound, "__func__", None) is cls.update
+        self.method: Callable[..., Any] | None = bound if ours else None
+
+    def update(self, inner: Metric, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """The wrapped metric's update of one batch: its class's ``update`` with torchmetrics' bookkeeping when
+        ``method`` is known, else its ``update`` attribute.
+        """
+        method = self.method
+        if method is None:
+            inner.update(*args, **kwargs)
+            return
+        state = inner.__dict__
+        state["_computed"] = None
+        state["_update_count"] += 1
+        enable = state["_enable_grad"]
+        if enable != torch.is_grad_enabled() or inner.compute_on_cpu:
+            _run_update(inner, method, args, kwargs)
+            return
+        try:  # _run_update, inlined for the common case
+            method(*args, **kwargs)
+        except RuntimeError as err:
+            _device_error(inner, err)
+            raise
+        finally:
+            if torch.is_grad_enabled() != enable:
+                set_grad_mode(enable)
+
+    def sample_ids(self, sample_ids: Any, rows: int, inner: Metric, lengths: list[int]) -> Tensor:
+        """``sample_ids`` checked (:func:`check_sample_ids`): an int64 vector of ``rows`` ids, for a metric whose states
+        are all lists (``lengths``: no ``-1``) reduced by concatenation, passes as it is; anything else is checked in
+        full.
+        """
+        if (
+            type(sample_ids) is Tensor
+            and sample_ids.dtype == torch.int64
+            and sample_ids.shape == (rows,)
+            and not self.custom
+            and -1 not in lengths
+        ):
+            return sample_ids
+        return check_sample_ids(sample_ids, rows, inner)
+
+    def check_growth(self, inner: Metric, before: list[int], rows: int | None) -> None:
+        """:func:`check_growth` of one update, from the lengths of the list states ``before`` it (``-1``: not a
+        list).
+        """
+        if len(inner._defaults) != len(self.names):  # states added by the update
+            check_growth(inner, {n: b for n, b in zip(self.names, before, strict=True) if b >= 0}, rows)
+            return
+        values = self.states(inner)
+        for first, value in zip(before, values, strict=True):  # the common update: one tensor appended to each
+            if not (
+                first >= 0
+                and type(value) is list
+                and len(value) == first + 1
+                and type(new := value[-1]) is Tensor
+                and (rows is None or rows == (new.shape[0] if new.ndim else 1))
+            ):
+                break
+        else:
+            return
+        for name, first, value in zip(self.names, before, values, strict=True):
+            if isinstance(value, list):
+                if first >= 0 and len(value) == first + 1 and isinstance(new := value[-1], Tensor):
+                    if rows is None or rows == (new.shape[0] if new.ndim else 1):
+                        continue  # the common update: one tensor appended (one row per id)
+                elif rows is None and len(value) == first:
+                    continue  # nothing appended
+                check_grown(inner, name, value, max(first, 0), rows)
 
 
 class Varlen(GuardedMetric):
@@ -158,6 +294,45 @@ class Varlen(GuardedMetric):
 
     # ------------------------------------------------------------------ update
 
+    def _wrap_update(self, update: Callable[..., Any]) -> Callable[..., Any]:
+        """Torchmetrics' update wrapper (``_computed`` cleared, the count, the grad mode, its device error, the move to
+        the CPU) around :meth:`update`, without its per-call cost: the attributes are written directly, the grad mode
+        is set only when it differs, and :meth:`update`'s body runs inside it.
+        """
+        if getattr(update, "__func__", None) is not Varlen.update or getattr(update, "__self__", None) is not self:
+
+            @functools.wraps(update)
+            def wrapped_other(*args: Any, **kwargs: Any) -> None:  # a subclass's own update
+                state = self.__dict__
+                state["_computed"] = None
+                state["_update_count"] += 1
+                _run_update(self, update, args, kwargs)
+
+            return wrapped_other
+
+        @functools.wraps(update)
+        def wrapped_update(*args: Any, sample_ids: Tensor | None = None, **kwargs: Any) -> None:
+            state = self.__dict__
+            state["_computed"] = None
+            state["_update_count"] += 1
+            enable, previous = state["_enable_grad"], torch.is_grad_enabled()
+            try:
+                if previous != enable:
+                    set_grad_mode(enable)
+                self._intake(args, kwargs, sample_ids, None)
+            except BaseException as err:
+                state["_update_count"] -= 1  # the failed call does not count as an update
+                if isinstance(err, RuntimeError):
+                    _device_error(self, err)
+                raise
+            finally:
+                if torch.is_grad_enabled() != previous:
+                    set_grad_mode(previous)
+            if self.compute_on_cpu:
+                self._move_list_states_to_cpu()
+
+        return wrapped_update
+
     def update(self, *args: Any, sample_ids: Tensor | None = None, **kwargs: Any) -> None:
         """Drop the batch's sampler padding (``dataset_size``) or record its ids, then update the wrapped metric.
 
@@ -165,7 +340,7 @@ class Varlen(GuardedMetric):
         counted in ``sync_report.rejected``).
         """
         try:
-            self._intake(args, kwargs, sample_ids, self.metric.update)
+            self._intake(args, kwargs, sample_ids, None)
         except BaseException:
             self._update_count -= 1  # the failed call does not count as an update
             raise
@@ -186,46 +361,84 @@ class Varlen(GuardedMetric):
         return {**self.metric._filter_kwargs(**kwargs), **own}
 
     def _intake(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], sample_ids: Tensor | None, call: Callable[..., Any]
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], sample_ids: Tensor | None, call: Callable[..., Any] | None
     ) -> Any:
-        ledger = self._ledger
-        start, rows = ledger.position(self), batch_rows(args, kwargs)
-        kept, ids = rows, None
-        try:
-            if sample_ids is not None:
-                ids = check_sample_ids(sample_ids, rows, self.metric).to(self.__dict__["varlen_rows"].device)
-                ledger.check_ids(ids)
-            ledger.check_mode(self._dedup_mode(), ids is not None)
-        except ValueError:
-            ledger.reject(self, start, rows)
-            raise
-        if ids is None:
-            kept = ledger.kept_rows(start, rows, self.process_group)
+        """Check, cut and pass one batch to the wrapped metric (``call``: its ``forward``; ``None``: its ``update``),
+        all or nothing: a call that raises leaves its list states as they were and counts its rows as rejected.
+        """
+        state = self.__dict__
+        ledger: Ledger = state["_ledger"]
+        inner: Metric = state["_modules"]["metric"]
+        plan: _Plan | None = state.get(_PLAN_KEY)
+        if plan is None or inner.__dict__.get("update") is not plan.wrapper or len(inner._defaults) != len(plan.names):
+            plan = state[_PLAN_KEY] = _Plan(inner)
+        first = args[0] if args else None
+        rows = (first.shape[0] if first.ndim else 1) if type(first) is Tensor else batch_rows(args, kwargs)
+        before = [len(v) if isinstance(v, list) else -1 for v in plan.states(inner)]
+        kept, ids, stored = rows, None, state["varlen_ids"]
+        if sample_ids is not None or type(stored) is not list or stored:  # without ids only an epoch of ids refuses
+            ids = self._batch_ids(plan, inner, sample_ids, rows, before)
+        if ids is None and ledger.dataset_size is not None:
+            kept = ledger.kept_rows(ledger.position(self), rows, self.process_group)
             args, kwargs = cut_batch(args, kwargs, rows, kept)
-        inner = self.metric
-        before = {name: len(value) for name, value in list_states(inner).items()}
-        count = inner._update_count
+        count = inner.__dict__["_update_count"]
         try:
-            value = None if rows and not kept else call(*args, **kwargs)
-            check_growth(inner, before, rows if ids is not None else None)
+            value = None
+            if rows and not kept:
+                pass
+            elif call is not None:
+                value = call(*args, **kwargs)
+            else:
+                plan.update(inner, args, kwargs)
+            plan.check_growth(inner, before, rows if ids is not None else None)
         except BaseException:
+            lengths = {name: n for name, n in zip(plan.names, before, strict=True) if n >= 0}
             for name, elements in list_states(inner).items():
-                del elements[before.get(name, 0) :]
+                del elements[lengths.get(name, 0) :]
             inner._update_count, inner._computed = count, None
-            ledger.reject(self, start, rows)
+            ledger.reject(self, 0, rows)
             raise
-        if len(inner._defaults) != len(self._proxied):
+        if len(inner._defaults) != len(state["_proxied"]):
             self._mirror()  # states a metric adds in its first update
         if ids is not None:
             self.varlen_ids.append(ids)
-        ledger.accept(self, start, rows, kept)
+        ledger.taken(rows, kept, 0)
         return value
+
+    def _batch_ids(
+        self, plan: _Plan, inner: Metric, sample_ids: Tensor | None, rows: int, lengths: list[int]
+    ) -> Tensor | None:
+        """The batch's ``sample_ids`` checked (``None`` without), and that the epoch's dedup mode takes them; a batch
+        refused here counts its rows as rejected.
+        """
+        state = self.__dict__
+        ledger: Ledger = state["_ledger"]
+        stored = state["varlen_ids"]
+        ids = None
+        try:
+            if sample_ids is not None:
+                ids = plan.sample_ids(sample_ids, rows, inner, lengths)
+                where = state["varlen_rows"]
+                if not (ids.is_cpu and where.is_cpu):
+                    ids = ids.to(where.device)
+                ledger.check_ids(ids)
+            if ids is None or type(stored) is not list or not stored:  # an epoch of ids takes ids
+                ledger.check_mode(self._dedup_mode(), ids is not None)
+        except ValueError:
+            ledger.reject(self, 0, rows)
+            raise
+        return ids
 
     def _dedup_mode(self) -> str | None:
         """``"ids"`` or ``"none"`` once a batch decided it, ``None`` before."""
         if self.varlen_ids:
             return "ids"
         return "none" if self._ledger.position(self) else None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """As torchmetrics'; without the plan (it holds the wrapped metric's ``update``; a copy makes its own)."""
+        self.__dict__.pop(_PLAN_KEY, None)
+        return super().__getstate__()
 
     # ------------------------------------------------------------------ sync and compute
 
