@@ -5,12 +5,13 @@ the float's bits (``2 * code + label``), so sorting the keys alone orders scores
 permutation, no gather of the labels, and the thresholds are decoded back from the keys. Scores in ``[0, 2)``
 (probabilities, the common case) have their sign bit and top exponent bit clear, so their keys fit in the float's
 own width ("compact" keys: int32 for float32, int16 for 16-bit floats); other scores take twice the width. On CPU the
-keys are
-sorted in place by NumPy (a vectorised quicksort: no index tensor, no scratch copy); on other devices
-by ``torch.sort``. float64 scores (63 + 1 bits do not fit) take a float sort and a gather.
+keys are built and sorted in place by NumPy (a vectorised quicksort: no index tensor, no scratch copy), in parts on
+worker threads when torch has several (:mod:`._threads`); on other devices by ``torch.sort``. float64 scores
+(63 + 1 bits do not fit) take a float sort and a gather.
 
 Scalar statistics (AUROC, AP) then stream over the sorted keys in chunks that never split a run of equal scores
-(:func:`chunks`), so nothing else of size N is allocated; curves materialise :class:`Counts`.
+(:func:`chunks`), so nothing else of size N is allocated; curves sweep the sorted keys block by block on CPU
+(:mod:`._sweep`) and materialise :class:`Counts` elsewhere.
 """
 
 from __future__ import annotations
