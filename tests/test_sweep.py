@@ -119,13 +119,15 @@ def test_sweep_gives_the_tensor_paths_bits(
         _assert_same_bits(ours, ref)
 
 
-@pytest.mark.parametrize("block", [3, 1 << 16])
-def test_runs_of_ties_across_block_boundaries(monkeypatch: pytest.MonkeyPatch, block: int) -> None:
-    """Runs of equal scores longer than a block, of one class and of both, one starting exactly at a block edge."""
-    n = 3 * (1 << 16) + 5
-    preds = (torch.arange(n) // 70_000).float() / 8
+@pytest.mark.parametrize(("block", "unit"), [(3, 48), (1 << 16, 1 << 16)])
+def test_runs_of_ties_across_block_boundaries(monkeypatch: pytest.MonkeyPatch, block: int, unit: int) -> None:
+    """Runs of equal scores longer than a block, of one class and of both, one starting exactly at a block edge
+    (``unit``, a multiple of the block, scales the data: 3-key blocks need no 2**16-key runs to be crossed).
+    """
+    n = 3 * unit + 5
+    preds = (torch.arange(n) // (unit + unit // 14)).float() / 8
     target = torch.zeros(n, dtype=torch.long)
-    target[1 << 16 :] = 1  # the second run: negatives, then positives from a block edge on
+    target[unit:] = 1  # the second run: negatives, then positives from a block edge on
     target[-10:] = torch.tensor([0, 1] * 5)
     monkeypatch.setattr(_sweep, "BLOCK", block)
     _compare_with_tensor_path(monkeypatch, preds, target)
