@@ -16,6 +16,7 @@ from torchmetrics_varlen.functional._sort import Counts
 
 BINS = 1 << 16
 _HALF = 1 << 15
+_INT32_BINS = (1 << 31) - 1  # the largest state whose flat bins an int32 index reaches
 
 
 def bins_of(bits: Tensor) -> Tensor:
@@ -46,11 +47,6 @@ def histogram(preds: Tensor, positives: Tensor, dtype: torch.dtype, weight: Tens
     return torch.bincount(key, minlength=2 * BINS).view(2, BINS)
 
 
-# Below this many counted entries per bin of the state, adding them one by one (``index_add_``) beats building a
-# dense histogram and adding it: a small batch then costs O(batch), not O(65,536 x classes).
-_SPARSE_FRACTION = 4
-
-
 def histogram_into(state: Tensor, preds: Tensor, positives: Tensor, dtype: torch.dtype) -> Tensor:
     """Add the counts of a batch to an int64 histogram ``state`` **in place** and return it; the same integers as
     ``state + histogram(...)`` (per problem), at a cost proportional to the batch, not to the 65,536 bins.
@@ -59,27 +55,28 @@ def histogram_into(state: Tensor, preds: Tensor, positives: Tensor, dtype: torch
     K)`` scores and positives (one problem per column, all counted in one pass). ``positives`` is bool / 0-1, or
     ``-1`` for an entry that is not counted (a multilabel ``ignore_index``). The caller must own ``state``'s storage
     (a state shared with another process, e.g. after pickling to spawned ranks, must be cloned first).
+
+    One flat bin per entry (raw pattern + 65,536 x label + 131,072 x problem), in int32 where the state allows it
+    (its conversions and additions are about twice as fast as int64's), then one ``index_add_`` of ones: a scatter
+    of the batch, at every batch size faster than a dense ``bincount`` of the 131,072 x K bins added to the state.
     """
     if state.dtype != torch.int64:
         msg = f"Expected an int64 histogram state, but got {state.dtype}."
         raise ValueError(msg)
-    width = state.shape[0] if state.dim() == 3 else 1
-    index = preds.to(dtype).view(torch.int16).to(torch.int64)
+    flat = state.view(-1)
+    key = torch.int32 if flat.numel() <= _INT32_BINS else torch.int64
+    index = preds.to(dtype).view(torch.int16).to(key)
     index.bitwise_and_(BINS - 1)
     # bool / uint8 labels (the stored binary and multiclass forms) cannot be negative: no "ignored" pass for them
     ignored = None if positives.dtype in (torch.bool, torch.uint8) else positives.reshape(-1) < 0
-    index.add_(positives if ignored is None else positives.clamp(min=0), alpha=BINS)
+    index.add_((positives if ignored is None else positives.clamp(min=0)).to(key), alpha=BINS)
     if state.dim() == 3:
-        index = index.reshape(-1, width)
-        index.add_(torch.arange(width, device=index.device), alpha=2 * BINS)
+        index = index.reshape(-1, state.shape[0])
+        index.add_(torch.arange(0, flat.numel(), 2 * BINS, dtype=key, device=index.device))
     index = index.reshape(-1)
     if ignored is not None and bool(ignored.any()):
         index = index[~ignored]
-    flat = state.view(-1)
-    if index.numel() * _SPARSE_FRACTION < flat.numel():
-        flat.index_add_(0, index, torch.ones(1, dtype=torch.int64, device=flat.device).expand(index.numel()))
-    else:
-        flat.add_(torch.bincount(index, minlength=flat.numel()))
+    flat.index_add_(0, index, torch.ones((), dtype=torch.int64, device=flat.device).expand(index.numel()))
     return state
 
 
