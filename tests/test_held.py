@@ -24,6 +24,7 @@ from torchmetrics import MetricCollection
 
 import torchmetrics_varlen as tv
 from torchmetrics_varlen._held import HOLD, MAX_PIECES
+from torchmetrics_varlen.functional import _hist
 
 DTYPES = [torch.float16, torch.bfloat16]
 # Sizes that make every path run: many tiny batches (the piece limit), a run that crosses the size limit, a batch
@@ -173,7 +174,7 @@ def test_inputs_changed_in_place_after_update_change_nothing() -> None:
 def test_forward_and_multiclass_multilabel_hold_exactly() -> None:
     """``forward`` per batch (its batch value and the epoch's), multiclass and multilabel with ``ignore_index``."""
     gen = torch.Generator().manual_seed(3)
-    n, c = 3000, 4
+    n, c = 800, 4
     mc_target = torch.randint(0, c, (n,), generator=gen)
     mc_preds = torch.softmax(torch.randn(n, c, generator=gen) + 2 * torch.nn.functional.one_hot(mc_target, c), 1)
     ml_target = torch.randint(0, 2, (n, c), generator=gen)
@@ -190,8 +191,8 @@ def test_forward_and_multiclass_multilabel_hold_exactly() -> None:
     ]
     for make, preds, target in cases:
         batched, exact = make(), make()
-        for start in range(0, n, 50):
-            p, t = preds[start : start + 50], target[start : start + 50]
+        for start in range(0, n, 100):
+            p, t = preds[start : start + 100], target[start : start + 100]
             one = make()
             one.update(p, t)
             assert torch.equal(batched(p, t), one.compute())
@@ -246,3 +247,32 @@ def test_held_batches_sync_across_two_ranks(pool: DistPool, dtype_name: str) -> 
     second = f32(roc_auc_score(union_t, union_p.to(dtype).double()))
     for values in pool.values(case_held_sync, 2, dtype_name):
         assert values == pytest.approx([first, second], abs=1e-12)
+
+
+@pytest.mark.parametrize("uint16", [True, False], ids=["uint16 view", "int16 view and mask"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_histogram_into_counts_every_bit_pattern(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, uint16: bool
+) -> None:
+    """Both ways to the raw pattern (the uint16 view where torch has it on the CPU, the masked int16 view elsewhere)
+    count every one of the 65,536 patterns, signs and zeros included, one problem or several, with ignored entries.
+    """
+    if not uint16:
+        monkeypatch.setattr(_hist, "_UINT16", None)
+    elif _hist._UINT16 is None:
+        pytest.skip("this torch has no uint16")
+    patterns = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16).view(dtype)
+    gen = torch.Generator().manual_seed(8)
+    scores = torch.cat([patterns, patterns[torch.randint(0, 65536, (5000,), generator=gen)]])
+    labels = torch.randint(0, 2, (scores.shape[0],), generator=gen)
+    state = torch.zeros(2, 65536, dtype=torch.int64)
+    _hist.histogram_into(state, scores, labels.bool(), dtype)
+    assert torch.equal(state, _reference(scores, labels, dtype))
+    columns = torch.stack([scores, scores.flip(0), -scores], dim=1)
+    column_labels = torch.stack([labels, 1 - labels, labels], dim=1).to(torch.int8)
+    column_labels[::7, 1] = -1  # not counted
+    wide = torch.zeros(3, 2, 65536, dtype=torch.int64)
+    _hist.histogram_into(wide, columns, column_labels, dtype)
+    for k in range(3):
+        kept = column_labels[:, k] >= 0
+        assert torch.equal(wide[k], _reference(columns[kept, k], column_labels[kept, k], dtype))

@@ -17,6 +17,9 @@ from torchmetrics_varlen.functional._sort import Counts
 BINS = 1 << 16
 _HALF = 1 << 15
 _INT32_BINS = (1 << 31) - 1  # the largest state whose flat bins an int32 index reaches
+# torch >= 2.3 on the CPU: a uint16 view converts to the raw pattern in one pass (no sign to mask off). Elsewhere the
+# int16 view and a mask (uint16 has few kernels on the devices, and older torch has no uint16).
+_UINT16 = getattr(torch, "uint16", None)
 
 
 def bins_of(bits: Tensor) -> Tensor:
@@ -65,8 +68,11 @@ def histogram_into(state: Tensor, preds: Tensor, positives: Tensor, dtype: torch
         raise ValueError(msg)
     flat = state.view(-1)
     key = torch.int32 if flat.numel() <= _INT32_BINS else torch.int64
-    index = preds.to(dtype).view(torch.int16).to(key)
-    index.bitwise_and_(BINS - 1)
+    if _UINT16 is not None and flat.is_cpu:
+        index = preds.to(dtype).view(_UINT16).to(key)
+    else:
+        index = preds.to(dtype).view(torch.int16).to(key)
+        index.bitwise_and_(BINS - 1)
     # bool / uint8 labels (the stored binary and multiclass forms) cannot be negative: no "ignored" pass for them
     ignored = None if positives.dtype in (torch.bool, torch.uint8) else positives.reshape(-1) < 0
     index.add_((positives if ignored is None else positives.clamp(min=0)).to(key), alpha=BINS)
