@@ -276,3 +276,16 @@ def test_histogram_into_counts_every_bit_pattern(
     for k in range(3):
         kept = column_labels[:, k] >= 0
         assert torch.equal(wide[k], _reference(columns[kept, k], column_labels[kept, k], dtype))
+
+
+def test_class_histogram_into_is_the_one_hot_count() -> None:
+    """Multiclass rows counted with the class added once per row are the one-hot count, classes outside 0 .. K-1
+    (what an unvalidated batch may hold) negative in every column as before.
+    """
+    gen = torch.Generator().manual_seed(9)
+    preds = torch.rand(3000, 5, generator=gen) * 2 - 1
+    classes = torch.randint(-1, 6, (3000,), generator=gen)
+    for dtype in DTYPES:
+        got = _hist.class_histogram_into(torch.zeros(5, 2, 65536, dtype=torch.int64), preds, classes, dtype)
+        for k in range(5):
+            assert torch.equal(got[k], _reference(preds[:, k], classes == k, dtype))

@@ -65,18 +65,20 @@ def hold(metric: Any, scores: Tensor, labels: Tensor, given: torch.dtype) -> Non
     state: dict[str, Any] = metric.__dict__
     hist: Tensor = state["hist"]
     size = scores.numel()
-    if size >= HOLD or scores.device != hist.device or hist.dtype != torch.int64:
+    same_device = (scores.is_cpu and hist.is_cpu) or scores.device == hist.device
+    if size >= HOLD or not same_device or hist.dtype != torch.int64:
         # counted now: a big batch, or one that fails there as it always did (another device, a weighted state)
         count_into(metric.mode, owned_state(metric, "hist"), scores, labels, metric.task, None)
         return
-    copy = scores.to(metric.mode.dtype)
+    dtype = metric.mode.dtype
     held = state.get(_KEY)
     if held is None:
         held = state[_KEY] = [[], [], 0]
-    held[0].append(copy.clone() if copy.dtype == scores.dtype else copy)
+    pieces = held[0]
+    pieces.append(scores.clone() if scores.dtype == dtype else scores.to(dtype))
     held[1].append(labels.clone() if labels.dtype == given else labels)
     held[2] += size
-    if held[2] >= HOLD or len(held[0]) >= MAX_PIECES:
+    if held[2] >= HOLD or len(pieces) >= MAX_PIECES:
         count_held(metric)
 
 

@@ -59,9 +59,38 @@ def histogram_into(state: Tensor, preds: Tensor, positives: Tensor, dtype: torch
     ``-1`` for an entry that is not counted (a multilabel ``ignore_index``). The caller must own ``state``'s storage
     (a state shared with another process, e.g. after pickling to spawned ranks, must be cloned first).
 
-    One flat bin per entry (raw pattern + 65,536 x label + 131,072 x problem), in int32 where the state allows it
-    (its conversions and additions are about twice as fast as int64's), then one ``index_add_`` of ones: a scatter
-    of the batch, at every batch size faster than a dense ``bincount`` of the 131,072 x K bins added to the state.
+    One flat bin per entry (raw pattern + 65,536 x label + 131,072 x problem), then one ``index_add_`` of ones.
+    """
+    flat, index = _bins_of_scores(state, preds, dtype)
+    # bool / uint8 labels (the stored binary and multiclass forms) cannot be negative: no "ignored" pass for them
+    ignored = None if positives.dtype in (torch.bool, torch.uint8) else positives.reshape(-1) < 0
+    index.add_((positives if ignored is None else positives.clamp(min=0)).to(index.dtype), alpha=BINS)
+    index = _problem_offsets(state, index).reshape(-1)
+    if ignored is not None and bool(ignored.any()):
+        index = index[~ignored]
+    _add_ones(flat, index)
+    return state
+
+
+def class_histogram_into(state: Tensor, preds: Tensor, classes: Tensor, dtype: torch.dtype) -> Tensor:
+    """:func:`histogram_into` for multiclass rows: ``preds`` ``(M, K)``, ``classes`` ``(M,)`` the class of each row
+    (positive in its column, negative in the others; a class outside ``0 .. K-1``: negative everywhere). The same
+    integers as ``histogram_into(state, preds, classes[:, None] == arange(K), dtype)``, with the label added once per
+    row rather than compared, converted and added over every ``(row, class)`` entry.
+    """
+    flat, index = _bins_of_scores(state, preds, dtype)
+    width = state.shape[0]
+    index = _problem_offsets(state, index.reshape(-1, width))
+    rows = classes.reshape(-1, 1)
+    inside = (rows >= 0) & (rows < width)
+    index.scatter_add_(1, rows.clamp(0, width - 1), inside.to(index.dtype).mul_(BINS))
+    _add_ones(flat, index.reshape(-1))
+    return state
+
+
+def _bins_of_scores(state: Tensor, preds: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """The flat view of an int64 ``state`` and the raw 16-bit pattern of every score (int32 where the state's flat
+    bins allow it: its conversions and additions are about twice as fast as int64's).
     """
     if state.dtype != torch.int64:
         msg = f"Expected an int64 histogram state, but got {state.dtype}."
@@ -69,21 +98,24 @@ def histogram_into(state: Tensor, preds: Tensor, positives: Tensor, dtype: torch
     flat = state.view(-1)
     key = torch.int32 if flat.numel() <= _INT32_BINS else torch.int64
     if _UINT16 is not None and flat.is_cpu:
-        index = preds.to(dtype).view(_UINT16).to(key)
-    else:
-        index = preds.to(dtype).view(torch.int16).to(key)
-        index.bitwise_and_(BINS - 1)
-    # bool / uint8 labels (the stored binary and multiclass forms) cannot be negative: no "ignored" pass for them
-    ignored = None if positives.dtype in (torch.bool, torch.uint8) else positives.reshape(-1) < 0
-    index.add_((positives if ignored is None else positives.clamp(min=0)).to(key), alpha=BINS)
-    if state.dim() == 3:
-        index = index.reshape(-1, state.shape[0])
-        index.add_(torch.arange(0, flat.numel(), 2 * BINS, dtype=key, device=index.device))
-    index = index.reshape(-1)
-    if ignored is not None and bool(ignored.any()):
-        index = index[~ignored]
+        return flat, preds.to(dtype).view(_UINT16).to(key)
+    index = preds.to(dtype).view(torch.int16).to(key)
+    return flat, index.bitwise_and_(BINS - 1)
+
+
+def _problem_offsets(state: Tensor, index: Tensor) -> Tensor:
+    """``(M, K)`` bins of a ``(K, 2, 65536)`` state moved to their problem's rows (one problem per column)."""
+    if state.dim() != 3:
+        return index
+    index = index.reshape(-1, state.shape[0])
+    return index.add_(torch.arange(0, state.numel(), 2 * BINS, dtype=index.dtype, device=index.device))
+
+
+def _add_ones(flat: Tensor, index: Tensor) -> None:
+    """One count into each of the flat bins ``index`` (a scatter of the batch: at every batch size faster than a
+    dense ``bincount`` of all the bins added to the state).
+    """
     flat.index_add_(0, index, torch.ones((), dtype=torch.int64, device=flat.device).expand(index.numel()))
-    return state
 
 
 def counts_from_histogram(hist: Tensor, dtype: torch.dtype, with_scores: bool = False) -> Counts:
