@@ -118,14 +118,24 @@ def _add_ones(flat: Tensor, index: Tensor) -> None:
     flat.index_add_(0, index, torch.ones((), dtype=torch.int64, device=flat.device).expand(index.numel()))
 
 
+_ORDER: dict[torch.device, Tensor] = {}
+
+
+def _value_order(device: torch.device) -> Tensor:
+    """:func:`bins_of` of every raw pattern, made once per device (six 65,536-entry passes per compute otherwise)."""
+    order = _ORDER.get(device)
+    if order is None:
+        order = _ORDER[device] = bins_of(torch.arange(BINS, dtype=torch.int64, device=device))
+    return order
+
+
 def counts_from_histogram(hist: Tensor, dtype: torch.dtype, with_scores: bool = False) -> Counts:
     """Cumulative counts at the non-empty values, as :func:`~torchmetrics_varlen.functional._sort.ascending_counts`.
 
     The raw-pattern histogram is first put in value order (``-0.0`` joins ``+0.0``). A weighted (float64)
     histogram gives float64 sums of weights, as :func:`~torchmetrics_varlen.functional._weighted.weighted_counts`.
     """
-    order = bins_of(torch.arange(BINS, dtype=torch.int64, device=hist.device))
-    ordered = torch.zeros_like(hist).index_add_(1, order, hist)
+    ordered = torch.zeros_like(hist).index_add_(1, _value_order(hist.device), hist)
     total = ordered[0] + ordered[1]
     nonempty = torch.nonzero(total).flatten()
     pos_le = torch.cumsum(ordered[1], 0)[nonempty]
