@@ -30,6 +30,8 @@ from torchmetrics_varlen.functional._count import count_into
 HOLD = 1 << 15  # scores (elements) held at most before counting; a bigger batch is counted at once
 MAX_PIECES = 256  # batches held at most before counting (few tensors alive, one cat of bounded cost)
 _KEY = "_varlen_held"  # [16-bit score pieces, label pieces, number of scores held]
+# ``x.bfloat16()`` / ``x.half()``: the conversion ``x.to(dtype)`` makes (the same rounding), with less argument parsing
+_CONVERT = {torch.bfloat16: Tensor.bfloat16, torch.float16: Tensor.half}
 
 
 # The summed state each metric owns (it made the tensor itself), so that batches are counted into it in place: kept
@@ -75,7 +77,7 @@ def hold(metric: Any, scores: Tensor, labels: Tensor, given: torch.dtype) -> Non
     if held is None:
         held = state[_KEY] = [[], [], 0]
     pieces = held[0]
-    pieces.append(scores.clone() if scores.dtype == dtype else scores.to(dtype))
+    pieces.append(scores.clone() if scores.dtype == dtype else _CONVERT[dtype](scores))
     held[1].append(labels.clone() if labels.dtype == given else labels)
     held[2] += size
     if held[2] >= HOLD or len(pieces) >= MAX_PIECES:
