@@ -30,7 +30,7 @@ from torchmetrics_varlen._dist.exchange import Gathered, Mode, SyncRequest, chec
 from torchmetrics_varlen._dist.group import GroupLayout, distributed_available
 from torchmetrics_varlen._dist.guard import identity_qualifier, new_identity
 
-_OWNED_KEY = "_varlen_owned_sum"  # see _intake._owned_sum
+_OWNED_KEY = "_varlen_owned_sum"  # see _held.owned_state
 
 
 @dataclass
@@ -134,7 +134,7 @@ class GuardedMetric(Metric):
 
     def __getstate__(self) -> dict[str, Any]:
         """As torchmetrics'; and once copied (``deepcopy``, pickling: ``torch.multiprocessing`` may share the states'
-        storage with the copy), this metric owns its summed state no more (``_intake._owned_sum``).
+        storage with the copy), this metric owns its summed state no more (``_held.owned_state``).
         """
         self.__dict__.pop(_OWNED_KEY, None)
         return super().__getstate__()

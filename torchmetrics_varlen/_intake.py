@@ -7,7 +7,6 @@ positions, padding cut, ids range and dedup mode are the ledger's (``_ledger.py`
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 import torch
@@ -19,7 +18,8 @@ from torchmetrics.wrappers.abstract import WrapperMetric
 
 from torchmetrics_varlen._checks import check_inputs, validate_dedup_and_timeout, validate_sample_ids
 from torchmetrics_varlen._coalesce import append_rows
-from torchmetrics_varlen._guarded import _OWNED_KEY, SHARED_SYNCS, GuardedMetric
+from torchmetrics_varlen._guarded import SHARED_SYNCS, GuardedMetric
+from torchmetrics_varlen._held import hold, owned_state
 from torchmetrics_varlen._states import list_rows
 from torchmetrics_varlen.functional._count import binned_confmat, count_into
 from torchmetrics_varlen.functional._hist import histogram
@@ -127,7 +127,7 @@ def stored_weight_mode(metric: Any) -> str | None:
     if not metric._takes_weights:
         return "none" if metric._update_count else None
     if metric._summed is not None:
-        if getattr(metric, metric._summed).dtype == torch.float64:
+        if metric.__dict__[metric._summed].dtype == torch.float64:  # the dtype only: held 16-bit batches stay held
             return "weights"
         return "none" if metric._ledger.count(metric, "rows_seen") else None
     synced = metric._is_synced
@@ -145,7 +145,7 @@ def _mode_kept(metric: Any, name: str, given: bool) -> bool:
     if metric._summed is not None:
         if name == "ids":
             return not given
-        summed: Tensor = getattr(metric, metric._summed)
+        summed: Tensor = metric.__dict__[metric._summed]  # the dtype only: held 16-bit batches stay held
         return (summed.dtype == torch.float64) == given
     column = getattr(metric, name)
     if type(column) is list and not metric._is_synced:
@@ -211,29 +211,6 @@ def _weighted_count(metric: Any, scores: Tensor, labels: Tensor, weight: Tensor)
     return torch.stack(parts, dim=m.mode.class_dim)
 
 
-# The summed state each metric owns (it made the tensor itself), so that batches are counted into it in place: kept
-# as ``(process id, tensor)`` in the metric's ``__dict__``. A metric pickled to spawned processes (Lightning's
-# ddp_spawn) can share its tensor states' storage across ranks: there the process id differs, so it clones before its
-# first in-place add; so does a metric whose state was replaced (reset, load, sync, compute-group reference), whose
-# state is then another tensor. (A dict keyed by the metric does not work: torchmetrics' ``Metric.__hash__`` hashes
-# the states, so the key changed with every batch and every update cloned the 65,536-bin histogram.)
-
-
-_PID = [os.getpid()]  # this process's id, kept current in a forked child
-os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
-
-
-def _owned_sum(metric: Any) -> Tensor:
-    """The metric's summed state, cloned once if this metric did not make it (then added to in place)."""
-    state: Tensor = getattr(metric, metric._summed)
-    owned = metric.__dict__.get(_OWNED_KEY)
-    if owned is None or owned[1] is not state or owned[0] != _PID[0]:
-        state = state.clone()
-        setattr(metric, metric._summed, state)
-        metric.__dict__[_OWNED_KEY] = (_PID[0], state)
-    return state
-
-
 def take_batch(
     metric: Any,
     preds: Tensor,
@@ -277,8 +254,10 @@ def take_batch(
         expanded = {k: v[kept] for k, v in expanded.items()}
     if m._summed is None:
         append_rows(m, scores, labels, expanded)  # stored pieces merged as they arrive (_coalesce.py)
+    elif sample_weight is None and m._summed == "hist":
+        hold(m, scores, labels, target.dtype)  # 16-bit: small batches held, counted together (_held.py)
     elif sample_weight is None:
-        count_into(m.mode, _owned_sum(m), scores, labels, m.task, m.thresholds)
+        count_into(m.mode, owned_state(m, m._summed), scores, labels, m.task, m.thresholds)
     else:  # float64 sums of weights, added out of place (one addition order, whatever the batch sizes)
         setattr(m, m._summed, getattr(m, m._summed) + _weighted_count(m, scores, labels, expanded["weight"]))
     ledger.taken(rows, keep, scores.shape[0])

@@ -19,6 +19,7 @@ from torch import Tensor
 from torchmetrics_varlen._checks import SCALAR_AVERAGES, TASKS, Average, Normalization, Thresholds, validate_metric_args
 from torchmetrics_varlen._coalesce import count_piece
 from torchmetrics_varlen._dedup import SyncReport
+from torchmetrics_varlen._held import HeldHistogram, count_held, drop_held
 from torchmetrics_varlen._intake import stored_dedup_mode, stored_weight_mode, take_batch
 from torchmetrics_varlen._ledger import Ledger, host_counters
 from torchmetrics_varlen.classification._sync import _COUNTERS, SHARED_SYNCS, _SyncedMetric, choose_strategy
@@ -168,10 +169,16 @@ class _VarlenMetric(_SyncedMetric):
 
     def reset(self) -> None:
         """Forget every sample (``forward`` resets internally too: it passes the position explicitly)."""
+        drop_held(self)  # 16-bit batches held back (``_held.py``): replaced with the state, not counted first
         super().reset()
         if not self._in_forward:  # forward keeps the epoch's sampler positions (it passes the start itself)
             self._ledger.reset()
         SHARED_SYNCS.clear()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """As the base's, the held 16-bit batches counted first: a copy holds none (``_held.py``)."""
+        count_held(self)
+        return super().__getstate__()
 
     def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool) -> None:
         super()._save_to_state_dict(destination, prefix, keep_vars)
@@ -214,3 +221,4 @@ class _RankingMetric(_VarlenMetric):
 
 
 host_counters(_VarlenMetric, _COUNTERS)  # per-batch counts stay host-side ints until the states are read
+_VarlenMetric.hist = HeldHistogram()  # type: ignore[assignment]  # 16-bit: small batches counted when it is read

@@ -18,7 +18,13 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._checks import RankingArgs, Thresholds
-from torchmetrics_varlen.functional._hist import BINS, counts_from_histogram, histogram, histogram_into
+from torchmetrics_varlen.functional._hist import (
+    BINS,
+    class_histogram_into,
+    counts_from_histogram,
+    histogram,
+    histogram_into,
+)
 from torchmetrics_varlen.functional._sort import SortedKeys, SortedProblem, sort_problem
 from torchmetrics_varlen.functional._tasks import Split, format_inputs, merged_rows, rows_by_class
 
@@ -157,8 +163,7 @@ def count_into(
     if task == "binary":
         return histogram_into(state, scores.reshape(-1), labels.reshape(-1), mode.dtype)
     if task == "multiclass":
-        positives = labels.reshape(-1, 1) == torch.arange(scores.shape[1], device=labels.device)
-        return histogram_into(state, scores, positives, mode.dtype)
+        return class_histogram_into(state, scores, labels, mode.dtype)
     return histogram_into(state, scores, labels, mode.dtype)  # multilabel: int8 0 / 1, -1 where ignored
 
 
