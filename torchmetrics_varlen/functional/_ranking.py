@@ -158,7 +158,7 @@ def _area_part(k: Any, lo: int, hi: int) -> tuple[int, int, int]:
     step = min(AREA_BLOCK, hi - lo)
     # Positions are summed SUM_BLOCK keys at a time in int32 (below 2**29: exact, and ~3x int64's speed)
     narrow = k.dtype.itemsize <= 4
-    labels = np.empty(step, dtype=np.int32 if narrow else np.int64)
+    labels: Any = np.empty(step, dtype=np.int32 if narrow else np.int64)
     # twins[t + 1] = k[s + t] ^ k[s + t + 1] over a block's window [s, e), between two sentinels (no repeat)
     twins = np.empty(step + 4, dtype=k.dtype)
     sub = min(step, SUM_BLOCK) if narrow else step
