@@ -20,6 +20,7 @@ from torchmetrics.wrappers.abstract import WrapperMetric
 from torchmetrics_varlen._checks import check_inputs, validate_dedup_and_timeout, validate_sample_ids
 from torchmetrics_varlen._coalesce import append_rows
 from torchmetrics_varlen._guarded import _OWNED_KEY, SHARED_SYNCS, GuardedMetric
+from torchmetrics_varlen._ledger import Ledger
 from torchmetrics_varlen._states import list_rows
 from torchmetrics_varlen.functional._count import binned_confmat, count_into
 from torchmetrics_varlen.functional._hist import histogram
@@ -113,10 +114,11 @@ def _has_rows(state: list[Tensor] | Tensor, synced: bool) -> bool:
 
 def stored_dedup_mode(metric: Any) -> str | None:
     """A package metric's dedup mode: ``"ids"`` or ``"none"`` once its first batch decided it, ``None`` before."""
+    ledger: Ledger = metric._ledger
     if metric._summed is not None:
-        return "none" if metric._update_count else None
+        return ledger.stored_mode(metric, "ids", False, bool(metric._update_count))
     synced = metric._is_synced
-    return "ids" if _has_rows(metric.ids, synced) else ("none" if _has_rows(metric.preds, synced) else None)
+    return ledger.stored_mode(metric, "ids", _has_rows(metric.ids, synced), _has_rows(metric.preds, synced))
 
 
 def stored_weight_mode(metric: Any) -> str | None:
@@ -124,14 +126,13 @@ def stored_weight_mode(metric: Any) -> str | None:
     before any batch. Exact mode: whether the ``weight`` column holds batches; binned / 16-bit: the summed state's
     dtype (float64 sums of weights, int64 counts).
     """
+    ledger: Ledger = metric._ledger
     if not metric._takes_weights:
-        return "none" if metric._update_count else None
+        return ledger.stored_mode(metric, "weights", False, bool(metric._update_count))
     if metric._summed is not None:
-        if getattr(metric, metric._summed).dtype == torch.float64:
-            return "weights"
-        return "none" if metric._ledger.count(metric, "rows_seen") else None
+        return ledger.stored_mode(metric, "weights", getattr(metric, metric._summed).dtype == torch.float64)
     synced = metric._is_synced
-    return "weights" if _has_rows(metric.weight, synced) else ("none" if _has_rows(metric.preds, synced) else None)
+    return ledger.stored_mode(metric, "weights", _has_rows(metric.weight, synced), _has_rows(metric.preds, synced))
 
 
 def _mode_kept(metric: Any, name: str, given: bool) -> bool:
