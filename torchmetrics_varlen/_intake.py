@@ -17,8 +17,14 @@ from torchmetrics.metric import CompositionalMetric
 from torchmetrics.utilities.data import dim_zero_cat
 from torchmetrics.wrappers.abstract import WrapperMetric
 
-from torchmetrics_varlen._checks import check_inputs, validate_dedup_and_timeout, validate_sample_ids
+from torchmetrics_varlen._checks import (
+    check_inputs,
+    sample_ids_fit,
+    validate_dedup_and_timeout,
+    validate_sample_ids,
+)
 from torchmetrics_varlen._coalesce import append_rows
+from torchmetrics_varlen._coalesce import zeros_view as _zeros
 from torchmetrics_varlen._guarded import _OWNED_KEY, SHARED_SYNCS, GuardedMetric
 from torchmetrics_varlen._ledger import Ledger
 from torchmetrics_varlen._states import list_rows
@@ -36,26 +42,6 @@ def sample_shape(task: str, preds: Tensor, target: Tensor) -> torch.Size:
     if task == "multilabel":
         return target.shape[:1] + target.shape[2:]
     return preds.shape
-
-
-_ZEROS: dict[torch.device, Tensor] = {}
-_ZERO_VIEWS: dict[tuple[torch.device, int], Tensor] = {}  # the views handed out, by device and length
-
-
-def _zeros(n: int, device: torch.device) -> Tensor:
-    """``n`` int32 zeros (the ``ids_sub`` of one-element samples): a view of one shared buffer per device, not an
-    allocation per batch (stored pieces are never modified in place); the view itself is made once per length.
-    """
-    view = _ZERO_VIEWS.get((device, n))
-    if view is not None:
-        return view
-    zeros = _ZEROS.get(device)
-    if zeros is None or zeros.numel() < n:
-        zeros = _ZEROS[device] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
-    if len(_ZERO_VIEWS) >= 256:  # many batch sizes: start over rather than grow without bound
-        _ZERO_VIEWS.clear()
-    view = _ZERO_VIEWS[(device, n)] = zeros[:n]
-    return view
 
 
 def _per_element(values: Tensor, shape: torch.Size) -> tuple[Tensor, Tensor]:
@@ -171,8 +157,9 @@ def check_batch(
         in_unit = check_inputs(preds, target, m.task, m.num_classes, m.num_labels, m.ignore_index, m.normalization)
         if sample_ids is not None or extras:
             shape = sample_shape(m.task, preds, target)
-            if sample_ids is not None:
-                need_high = m._ledger.dataset_size is not None  # the highest id is checked against it
+            size = m._ledger.dataset_size
+            if sample_ids is not None and not sample_ids_fit(sample_ids, shape, size):  # else: the full checks
+                need_high = size is not None  # the highest id is checked against it
                 m._ledger.check_ids(sample_ids, validate_sample_ids(sample_ids, shape, high=need_high))
             for name, values in extras.items():
                 validate_sample_ids(values, shape, name=name, non_negative=False)

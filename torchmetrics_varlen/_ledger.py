@@ -36,7 +36,7 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
-from torchmetrics_varlen._checks import int_ends
+from torchmetrics_varlen._checks import int_ends, ints_within
 from torchmetrics_varlen._dedup import SyncReport, report_from_counts, sampler_kept_rows
 from torchmetrics_varlen._dist.group import group_position
 
@@ -259,6 +259,8 @@ class Ledger:
         """
         if self.dataset_size is None or ids.numel() == 0:
             return
+        if bounds is None and self.dataset_size and ints_within(ids, self.dataset_size - 1):
+            return  # every id in range, told by one pass over the ids (any id outside: its ends, for the message)
         low, high = bounds if bounds is not None else int_ends(ids)
         if low < 0 or high >= self.dataset_size:
             bad = low if low < 0 else high
