@@ -23,7 +23,7 @@ from torchmetrics_varlen._checks import (
     validate_sample_ids,
     within,
 )
-from torchmetrics_varlen._intake import _zeros
+from torchmetrics_varlen._intake import _columns, _zeros, expand_per_sample, sample_shape
 
 _SCORES = {
     "unit": torch.tensor([0.0, 0.25, 1.0]),
@@ -302,3 +302,31 @@ def test_big_label_batches_are_checked_as_small_ones(top: int, n: int) -> None:
                 labels[n // 2] = bad
             expected = int(labels.min()) >= 0 and int(labels.max()) <= top
             assert (_score_range(preds, labels, top) is not None) == expected, (dtype, bad)
+
+
+def test_the_common_ids_batch_gets_the_columns_expand_per_sample_gives() -> None:
+    """``_columns`` skips ``expand_per_sample`` only for binary scores with int64 CPU ids, one per score: there it
+    hands back the same columns (the ids themselves, the shared zeros), elsewhere it is that function.
+    """
+    cpu = torch.device("cpu")
+    cases = [
+        ("binary", torch.rand(6), torch.randint(0, 2, (6,)), torch.arange(6)),
+        ("binary", torch.rand(6), torch.randint(0, 2, (6,)), torch.arange(6, dtype=torch.int32)),
+        ("binary", torch.rand(6, 3), torch.randint(0, 2, (6, 3)), torch.arange(6)),
+        ("multiclass", torch.rand(6, 3), torch.randint(0, 3, (6,)), torch.arange(6)),
+        ("multilabel", torch.rand(6, 3), torch.randint(0, 2, (6, 3)), torch.arange(6)),
+    ]
+    for task, preds, target, ids in cases:
+        got = _columns(task, preds, target, ids, {})
+        want = expand_per_sample({}, ids, sample_shape(task, preds, target), cpu)
+        assert set(got) == set(want) == {"ids", "ids_sub"}
+        for name in got:
+            assert got[name].dtype == want[name].dtype
+            assert torch.equal(got[name], want[name])
+        if task == "binary" and ids.dtype == torch.int64 and preds.ndim == 1:
+            assert got["ids"] is ids
+    assert _columns("binary", torch.rand(3), torch.ones(3), None, {}) == {}
+    groups = {"groups": torch.tensor([4, 5, 6])}
+    got = _columns("binary", torch.rand(3), torch.ones(3), torch.arange(3), groups)
+    assert torch.equal(got["groups"], groups["groups"])
+    assert torch.equal(got["ids"], torch.arange(3))

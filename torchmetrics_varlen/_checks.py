@@ -504,6 +504,7 @@ def validate_sample_ids(
 
 
 _ID_TOP = 2**63 - 1  # the highest int64: without dataset_size an id only has to be >= 0
+_ID_DTYPES = frozenset((torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8))  # the fast check's
 
 
 def sample_ids_fit(sample_ids: Tensor, shape: torch.Size, dataset_size: int | None) -> bool:
@@ -512,20 +513,21 @@ def sample_ids_fit(sample_ids: Tensor, shape: torch.Size, dataset_size: int | No
     (they raise, or pass, with their own message). The common batch: a non-empty CPU integer tensor, one id per
     sample, read once as unsigned integers (:func:`ints_within`); small ones without ``dataset_size``: one ``min``.
     """
-    if type(sample_ids) is not Tensor or not sample_ids.is_cpu:
+    if type(sample_ids) is not Tensor or not sample_ids.is_cpu or sample_ids.dtype not in _ID_DTYPES:
         return False
     if sample_ids.shape != shape:
         rows = shape[0] if len(shape) else 1
         if sample_ids.ndim != 1 or sample_ids.shape[0] != rows:
             return False
     n = sample_ids.numel()
-    if not n or sample_ids.is_floating_point() or sample_ids.is_complex() or sample_ids.dtype == torch.bool:
+    if not n:
         return False
-    if dataset_size is None:
-        if n < _HOST_REDUCE:
+    if n < _HOST_REDUCE:  # small: one torch reduction (NumPy's fixed cost is higher)
+        if dataset_size is None:
             return int(sample_ids.min()) >= 0
-        return ints_within(sample_ids, _ID_TOP) is True
-    return dataset_size > 0 and ints_within(sample_ids, dataset_size - 1) is True
+        low, high = torch.aminmax(sample_ids)
+        return int(low) >= 0 and int(high) < dataset_size
+    return ints_within(sample_ids, _ID_TOP if dataset_size is None else dataset_size - 1) is True
 
 
 def validate_metric_args(

@@ -222,6 +222,31 @@ def _owned_sum(metric: Any) -> Tensor:
     return state
 
 
+_CPU = torch.device("cpu")
+
+
+def _columns(
+    task: str, preds: Tensor, target: Tensor, ids: Tensor | None, extras: dict[str, Tensor]
+) -> dict[str, Tensor]:
+    """The per-sample integer columns of a batch (:func:`expand_per_sample`); the common batch (binary scores, int64
+    ids on the CPU, one per score) without its steps.
+    """
+    if ids is None and not extras:
+        return {}
+    if (
+        ids is not None
+        and not extras
+        and task == "binary"
+        and ids.dtype == torch.int64
+        and ids.is_cpu
+        and preds.is_cpu
+        and preds.ndim == 1
+        and ids.shape == preds.shape
+    ):
+        return {"ids": ids, "ids_sub": _zeros(ids.shape[0], _CPU)}
+    return expand_per_sample(extras, ids, sample_shape(task, preds, target), preds.device)
+
+
 def take_batch(
     metric: Any,
     preds: Tensor,
@@ -254,9 +279,7 @@ def take_batch(
         extras = {k: v[:keep] for k, v in extras.items()}
         sample_weight = None if sample_weight is None else sample_weight[:keep]  # a padded row drops its weight
         in_unit = in_unit or None  # a score outside [0, 1] may have been in a dropped row
-    expanded: dict[str, Tensor] = {}
-    if extras or sample_ids is not None:
-        expanded = expand_per_sample(extras, sample_ids, sample_shape(m.task, preds, target), preds.device)
+    expanded = _columns(m.task, preds, target, sample_ids, extras)
     if sample_weight is not None:
         expanded["weight"] = check_sample_weight(sample_weight, preds, target, m.task)
     # Whether the scores lie in [0, 1], when the checks read it: the normalisation's own test would say the same.
