@@ -7,13 +7,23 @@ against the CPU path; the mode checks that skip working out the mode raise exact
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
+from sklearn.metrics import roc_auc_score
 
 from torchmetrics_varlen import VarlenAUROC, VarlenMulticlassAUROC
-from torchmetrics_varlen._checks import _score_range, check_inputs, host_pair, validate_sample_ids, within
-from torchmetrics_varlen._intake import _zeros
+from torchmetrics_varlen._checks import (
+    _score_range,
+    check_inputs,
+    host_pair,
+    ints_within,
+    sample_ids_fit,
+    validate_sample_ids,
+    within,
+)
+from torchmetrics_varlen._intake import _columns, _zeros, expand_per_sample, sample_shape
 
 _SCORES = {
     "unit": torch.tensor([0.0, 0.25, 1.0]),
@@ -180,3 +190,143 @@ def test_logit_batches_are_normalised_as_before(task: str) -> None:
         expected = preds.sigmoid()
     metric.update(preds, target)
     assert torch.equal(metric.preds[0], expected)
+
+
+_INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+
+@pytest.mark.parametrize("dtype", _INT_DTYPES)
+@pytest.mark.parametrize("n", [1, 64, 1023, 1024, 5000])
+def test_the_unsigned_range_check_says_what_both_ends_say(dtype: torch.dtype, n: int) -> None:
+    """``ints_within`` (one pass, the values read as unsigned) against the lowest and highest value read apart, over
+    dtypes, sizes around the NumPy threshold, strided tensors, both extremes of the dtype and ``top`` at and past its
+    range (then it does not tell).
+    """
+    info = torch.iinfo(dtype)
+    gen = torch.Generator().manual_seed(n)
+    base = torch.randint(0, min(info.max, 50) + 1, (2 * n,), generator=gen).to(dtype)
+    variants = [base[:n], base[::2]]
+    for where in (0, n - 1):
+        for value in {info.min, -1 if info.min < 0 else 0, info.max, 51}:
+            bad = base[:n].clone()
+            bad[where] = value
+            variants.append(bad)
+    for values in variants:
+        low, high = int(values.min()), int(values.max())
+        for top in (0, 1, 50, 51, info.max, info.max + 1, 2**63 - 1):
+            told = ints_within(values, top)
+            if top > info.max and dtype != torch.uint8:
+                assert told is None
+            else:
+                assert told is (low >= 0 and high <= top), (values, top)
+
+
+@pytest.mark.parametrize("dataset_size", [None, 0, 1, 4096, 10_000])
+@pytest.mark.parametrize("n", [64, 1023, 1024, 4096])
+def test_the_ids_fast_check_passes_only_what_the_full_checks_pass(n: int, dataset_size: int | None) -> None:
+    """``sample_ids_fit`` says yes only to ids the full checks (``validate_sample_ids``, then the ledger's range
+    against ``dataset_size``) take; every id it refuses is refused by them with their message, or taken by them.
+    """
+    metric = VarlenAUROC(dataset_size=dataset_size)
+    shape = torch.Size([n])
+    cases = [torch.arange(n), torch.arange(n).flip(0), torch.arange(2 * n)[::2], torch.arange(n, dtype=torch.int32)]
+    for where in (0, n // 2, n - 1):
+        for value in (-1, -(2**63), 4095, 4096, 9_999, 10_000, 2**63 - 1):
+            ids = torch.arange(n)
+            ids[where] = value
+            cases.append(ids)
+    cases += [
+        torch.arange(n).reshape(1, n),
+        torch.arange(n + 1),
+        torch.arange(n).float(),
+        torch.zeros(0, dtype=torch.long),
+    ]
+    for ids in cases:
+        fit = sample_ids_fit(ids, shape if ids.numel() else torch.Size([0]), dataset_size)
+        try:
+            bounds = validate_sample_ids(ids, shape if ids.numel() else torch.Size([0]), high=dataset_size is not None)
+            metric._ledger.check_ids(ids, bounds)
+            metric._ledger.check_ids(ids)  # the ledger's own reading of the ends (Varlen, VarlenCollection)
+            taken = True
+        except ValueError:
+            taken = False
+        assert not fit or taken, ids
+        if ids.dtype == torch.int64 and ids.ndim == 1 and ids.numel() == n:
+            assert fit == taken, ids  # the common batch is told here, both ways
+
+
+@pytest.mark.parametrize("dataset_size", [None, 5000])
+@pytest.mark.parametrize("n", [64, 2048])
+def test_a_bad_id_raises_the_old_message_on_the_first_and_a_later_batch_and_changes_nothing(
+    n: int, dataset_size: int | None
+) -> None:
+    gen = torch.Generator().manual_seed(n)
+    preds, target = torch.rand(2 * n, generator=gen), torch.randint(0, 2, (2 * n,), generator=gen)
+    metric = VarlenAUROC(dataset_size=dataset_size)
+
+    def bad(start: int, value: int) -> torch.Tensor:
+        ids = torch.arange(start, start + n)
+        ids[n // 2] = value
+        return ids
+
+    bads = [(-1, r"Expected `sample_ids` to be >= 0, but found -1")]
+    if dataset_size is not None:
+        bads.append((dataset_size, rf"sample id {dataset_size} is outside \[0, dataset_size={dataset_size}\)"))
+    for value, message in bads:  # the first batch of the epoch
+        with pytest.raises(ValueError, match=message):
+            metric.update(preds[:n], target[:n], sample_ids=bad(0, value))
+    metric.update(preds[:n], target[:n], sample_ids=torch.arange(n))
+    for value, message in bads:  # a later one
+        with pytest.raises(ValueError, match=message):
+            metric.update(preds[n:], target[n:], sample_ids=bad(n, value))
+    assert len(metric.ids) == len(metric.preds) == len(metric.ids_sub) == 1
+    metric.update(preds[n:], target[n:], sample_ids=torch.arange(n, 2 * n))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*were never seen", category=UserWarning)  # a partial data set
+        value = float(metric.compute())
+    assert value == pytest.approx(roc_auc_score(target.numpy(), preds.numpy()), abs=1e-6)
+    assert metric.rejected == 2 * n * len(bads)
+
+
+@pytest.mark.parametrize("top", [1, 3])
+@pytest.mark.parametrize("n", [500, 3000])
+def test_big_label_batches_are_checked_as_small_ones(top: int, n: int) -> None:
+    """From ``_HOST_REDUCE`` labels on the CPU the labels' range is one unsigned NumPy max: the verdicts of the
+    torch path below it, over dtypes and both extremes.
+    """
+    preds = torch.rand(n)
+    for dtype in _INT_DTYPES:
+        for bad in (None, -1, top + 1, torch.iinfo(dtype).min, torch.iinfo(dtype).max):
+            labels = (torch.arange(n) % (top + 1)).to(dtype)
+            if bad is not None:
+                labels[n // 2] = bad
+            expected = int(labels.min()) >= 0 and int(labels.max()) <= top
+            assert (_score_range(preds, labels, top) is not None) == expected, (dtype, bad)
+
+
+def test_the_common_ids_batch_gets_the_columns_expand_per_sample_gives() -> None:
+    """``_columns`` skips ``expand_per_sample`` only for binary scores with int64 CPU ids, one per score: there it
+    hands back the same columns (the ids themselves, the shared zeros), elsewhere it is that function.
+    """
+    cpu = torch.device("cpu")
+    cases = [
+        ("binary", torch.rand(6), torch.randint(0, 2, (6,)), torch.arange(6)),
+        ("binary", torch.rand(6), torch.randint(0, 2, (6,)), torch.arange(6, dtype=torch.int32)),
+        ("binary", torch.rand(6, 3), torch.randint(0, 2, (6, 3)), torch.arange(6)),
+        ("multiclass", torch.rand(6, 3), torch.randint(0, 3, (6,)), torch.arange(6)),
+        ("multilabel", torch.rand(6, 3), torch.randint(0, 2, (6, 3)), torch.arange(6)),
+    ]
+    for task, preds, target, ids in cases:
+        got = _columns(task, preds, target, ids, {})
+        want = expand_per_sample({}, ids, sample_shape(task, preds, target), cpu)
+        assert set(got) == set(want) == {"ids", "ids_sub"}
+        for name in got:
+            assert got[name].dtype == want[name].dtype
+            assert torch.equal(got[name], want[name])
+        if task == "binary" and ids.dtype == torch.int64 and preds.ndim == 1:
+            assert got["ids"] is ids
+    assert _columns("binary", torch.rand(3), torch.ones(3), None, {}) == {}
+    groups = {"groups": torch.tensor([4, 5, 6])}
+    got = _columns("binary", torch.rand(3), torch.ones(3), torch.arange(3), groups)
+    assert torch.equal(got["groups"], groups["groups"])
+    assert torch.equal(got["ids"], torch.arange(3))

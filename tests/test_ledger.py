@@ -217,3 +217,57 @@ def test_collection_keeps_its_report_after_reset_as_a_metric_does() -> None:
         assert host.sync_report == report
         assert report is not None
         assert (report.kept, report.missing) == (3, 0)
+
+
+class _CheckedAUROC(BinaryAUROC):
+    """``BinaryAUROC`` whose update checks its input (torchmetrics' own ``BinaryAUROC`` skips the check)."""
+
+    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
+        if preds.shape != target.shape or bool(((target != 0) & (target != 1)).any()):
+            msg = "bad batch"
+            raise ValueError(msg)
+        super().update(preds, target)
+
+
+_REFUSED_FIRST = {  # the first batch of an epoch, refused
+    "negative id": (torch.tensor([0.9, 0.1]), torch.tensor([1, 0]), torch.tensor([-1, 3])),
+    "id past the data set": (torch.tensor([0.9, 0.1]), torch.tensor([1, 0]), torch.tensor([3, 12])),
+    "bad target, with ids": (torch.tensor([0.9, 0.1]), torch.tensor([1, 2]), torch.tensor([0, 1])),
+    "bad target, no ids": (torch.tensor([0.9, 0.1]), torch.tensor([1, 2]), None),
+}
+_REFUSED_CASES = [
+    (kind, refused, size)
+    for kind in ("auroc", "varlen", "collection")
+    for refused in _REFUSED_FIRST
+    for size in (None, 12)
+    # without dataset_size the wrappers take any integer id (VarlenAUROC refuses negative ones)
+    if size is not None or kind == "auroc" or refused not in ("negative id", "id past the data set")
+]
+
+
+@pytest.mark.parametrize(("kind", "refused", "dataset_size"), _REFUSED_CASES)
+def test_a_refused_first_batch_decides_no_dedup_mode(kind: str, refused: str, dataset_size: int | None) -> None:
+    """The epoch's ids mode is decided by the first accepted batch: a batch refused first (bad ids, bad input) leaves
+    it open, so a later batch with valid ids is taken (and then a batch without ids is refused).
+    """
+    if kind == "collection":
+        metric: Any = VarlenCollection({"auroc": VarlenAUROC()}, dataset_size=dataset_size)
+    elif kind == "varlen":
+        metric = Varlen(_CheckedAUROC(), dataset_size=dataset_size)
+    else:
+        metric = VarlenAUROC(dataset_size=dataset_size)
+    preds, target, ids = _REFUSED_FIRST[refused]
+    if dataset_size is None and refused == "id past the data set":
+        ids = torch.tensor([-3, 1])  # without dataset_size only a negative id is out of range
+    with pytest.raises(ValueError, match="sample id|sample_ids|target|bad batch"):
+        metric.update(preds, target, sample_ids=ids)
+    metric.update(PREDS[:8], TARGET[:8], sample_ids=torch.arange(8))
+    with pytest.raises(ValueError, match="earlier updates had"):
+        metric.update(PREDS[8:], TARGET[8:])  # the epoch is one of ids now
+    metric.update(PREDS[8:], TARGET[8:], sample_ids=torch.arange(8, 12))
+    value = metric.compute()
+    value = value["auroc"] if kind == "collection" else value
+    assert float(value) == pytest.approx(roc_auc_score(TARGET, PREDS), abs=1e-6)
+    report = metric.sync_report
+    assert report is not None
+    assert (report.kept, report.rejected) == (12, 6)

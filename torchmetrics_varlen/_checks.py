@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal, NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -57,6 +58,29 @@ def int_ends(values: Tensor, *, high: bool = True) -> tuple[int, int]:
         return low, low
     lowest, highest = host_pair(torch.aminmax(values), one_read=not values.is_cpu)
     return int(lowest), int(highest)
+
+
+# Each integer dtype NumPy reads as the unsigned integer of its width: a negative value reads as one >= 2**(bits-1).
+_UNSIGNED = {torch.int64: np.uint64, torch.int32: np.uint32, torch.int16: np.uint16, torch.int8: np.uint8}
+
+
+def ints_within(values: Tensor, top: int) -> bool | None:
+    """Whether every value of a non-empty CPU integer tensor lies in ``[0, top]``, by one NumPy ``max`` of the values
+    read as unsigned integers of their width (a negative value reads as one above any ``top`` its dtype holds): one
+    pass instead of a ``min`` and a ``max``. ``None``: not told here (another device or dtype, ``top`` outside the
+    dtype's non-negative range); ask :func:`int_ends`.
+    """
+    if not values.is_cpu or top < 0:
+        return None
+    dtype = values.dtype
+    unsigned = _UNSIGNED.get(dtype)
+    if unsigned is not None:
+        if top > torch.iinfo(dtype).max:
+            return None
+        return int(values.numpy().view(unsigned).max()) <= top
+    if dtype == torch.uint8:
+        return int(values.numpy().max()) <= top
+    return None
 
 
 def within(x: Tensor | Sequence[Tensor], low: float, high: float, *, closed: bool = True) -> bool:
@@ -393,8 +417,11 @@ def _score_range(
         fused = not preds.is_cpu
     if not fused or (labels is not None and (labels.device != preds.device or top >= 2**53)):
         if labels is not None and labels.numel():
-            low, high = torch.aminmax(labels)
-            if not (int(low) >= 0 and int(high) <= top):
+            inside = ints_within(labels, top) if labels.numel() >= _HOST_REDUCE else None
+            if inside is None:
+                low, high = torch.aminmax(labels)
+                inside = int(low) >= 0 and int(high) <= top
+            if not inside:
                 return None
         lowest, highest = torch.aminmax(preds)
         return float(lowest), float(highest)
@@ -474,6 +501,33 @@ def validate_sample_ids(
         msg = f"Expected `{name}` to be >= 0, but found {low}."
         raise ValueError(msg)
     return low, highest
+
+
+_ID_TOP = 2**63 - 1  # the highest int64: without dataset_size an id only has to be >= 0
+_ID_DTYPES = frozenset((torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8))  # the fast check's
+
+
+def sample_ids_fit(sample_ids: Tensor, shape: torch.Size, dataset_size: int | None) -> bool:
+    """Whether ``sample_ids`` surely pass :func:`validate_sample_ids` and, with ``dataset_size``, the ledger's range
+    check (``[0, dataset_size)``), told by one pass over the ids; ``False``: not told here, run the full checks
+    (they raise, or pass, with their own message). The common batch: a non-empty CPU integer tensor, one id per
+    sample, read once as unsigned integers (:func:`ints_within`); small ones without ``dataset_size``: one ``min``.
+    """
+    if type(sample_ids) is not Tensor or not sample_ids.is_cpu or sample_ids.dtype not in _ID_DTYPES:
+        return False
+    if sample_ids.shape != shape:
+        rows = shape[0] if len(shape) else 1
+        if sample_ids.ndim != 1 or sample_ids.shape[0] != rows:
+            return False
+    n = sample_ids.numel()
+    if not n:
+        return False
+    if n < _HOST_REDUCE:  # small: one torch reduction (NumPy's fixed cost is higher)
+        if dataset_size is None:
+            return int(sample_ids.min()) >= 0
+        low, high = torch.aminmax(sample_ids)
+        return int(low) >= 0 and int(high) < dataset_size
+    return ints_within(sample_ids, _ID_TOP if dataset_size is None else dataset_size - 1) is True
 
 
 def validate_metric_args(

@@ -31,6 +31,45 @@ _KEY = "_varlen_pieces"  # (pieces appended since the count started, length of t
 _NONE = (0, -1)
 
 
+_ZEROS: dict[torch.device, Tensor] = {}  # per device: the shared int32 zeros the views below are made of
+_ZERO_VIEWS: dict[tuple[torch.device, int], Tensor] = {}  # the views handed out, by device and length
+
+
+def zeros_view(n: int, device: torch.device) -> Tensor:
+    """``n`` int32 zeros (the ``ids_sub`` of one-element samples): a view of one shared buffer per device, not an
+    allocation per batch (stored pieces are never modified in place); the view itself is made once per length.
+    Pieces that are all such views merge into one such view (:func:`_merge_tail`), without a copy.
+    """
+    view = _ZERO_VIEWS.get((device, n))
+    if view is not None:
+        return view
+    zeros = _ZEROS.get(device)
+    if zeros is None or zeros.numel() < n:
+        size = max(n, 4096, 2 * zeros.numel() if zeros is not None else 0)
+        zeros = _ZEROS[device] = torch.zeros(size, dtype=torch.int32, device=device)
+        _ZERO_VIEWS.clear()  # views of the old buffer are not handed out again (they no longer merge as views)
+    if len(_ZERO_VIEWS) >= 256:  # many batch sizes: start over rather than grow without bound
+        _ZERO_VIEWS.clear()
+    view = _ZERO_VIEWS[(device, n)] = zeros[:n]
+    return view
+
+
+def _zeros_merged(pieces: list[Tensor]) -> Tensor | None:
+    """The concatenation of ``pieces`` as a :func:`zeros_view` when every piece is a view of its device's current
+    shared zeros (then the concatenation is all zeros, int32, one dimension); ``None`` otherwise.
+    """
+    zeros = _ZEROS.get(pieces[0].device)
+    if zeros is None or any(p._base is not zeros for p in pieces):
+        return None
+    return zeros_view(sum(p.shape[0] for p in pieces), zeros.device)
+
+
+def _merged(pieces: list[Tensor]) -> Tensor:
+    """The concatenation of ``pieces`` (a shared zeros view when they all are one)."""
+    zeros = _zeros_merged(pieces)
+    return torch.cat(pieces) if zeros is None else zeros
+
+
 def append_rows(metric: Any, scores: Tensor, labels: Tensor, columns: dict[str, Tensor]) -> None:
     """Append one batch's piece to ``preds``, ``target`` and the other row states in ``columns``, then merge (module
     docstring). Inside ``forward`` the batch goes to the batch's own states: :func:`count_piece` runs after they are
@@ -80,7 +119,7 @@ def _merge_tail(lists: list[list[Tensor]]) -> bool:
     if sum(map(Tensor.numel, first[-FAN_IN:])) > MAX_ELEMENTS:
         return False
     try:
-        merged = [torch.cat(s[-FAN_IN:]) for s in lists]
+        merged = [_merged(s[-FAN_IN:]) for s in lists]
     except (RuntimeError, TypeError):  # not concatenable (shapes, devices): they stay as they are
         return False
     for s, piece in zip(lists, merged, strict=True):

@@ -16,10 +16,17 @@ from torchmetrics.metric import CompositionalMetric
 from torchmetrics.utilities.data import dim_zero_cat
 from torchmetrics.wrappers.abstract import WrapperMetric
 
-from torchmetrics_varlen._checks import check_inputs, validate_dedup_and_timeout, validate_sample_ids
+from torchmetrics_varlen._checks import (
+    check_inputs,
+    sample_ids_fit,
+    validate_dedup_and_timeout,
+    validate_sample_ids,
+)
 from torchmetrics_varlen._coalesce import append_rows
+from torchmetrics_varlen._coalesce import zeros_view as _zeros
 from torchmetrics_varlen._guarded import SHARED_SYNCS, GuardedMetric
 from torchmetrics_varlen._held import hold, owned_state
+from torchmetrics_varlen._ledger import Ledger
 from torchmetrics_varlen._states import list_rows
 from torchmetrics_varlen.functional._count import binned_confmat, count_into
 from torchmetrics_varlen.functional._hist import histogram
@@ -35,26 +42,6 @@ def sample_shape(task: str, preds: Tensor, target: Tensor) -> torch.Size:
     if task == "multilabel":
         return target.shape[:1] + target.shape[2:]
     return preds.shape
-
-
-_ZEROS: dict[torch.device, Tensor] = {}
-_ZERO_VIEWS: dict[tuple[torch.device, int], Tensor] = {}  # the views handed out, by device and length
-
-
-def _zeros(n: int, device: torch.device) -> Tensor:
-    """``n`` int32 zeros (the ``ids_sub`` of one-element samples): a view of one shared buffer per device, not an
-    allocation per batch (stored pieces are never modified in place); the view itself is made once per length.
-    """
-    view = _ZERO_VIEWS.get((device, n))
-    if view is not None:
-        return view
-    zeros = _ZEROS.get(device)
-    if zeros is None or zeros.numel() < n:
-        zeros = _ZEROS[device] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
-    if len(_ZERO_VIEWS) >= 256:  # many batch sizes: start over rather than grow without bound
-        _ZERO_VIEWS.clear()
-    view = _ZERO_VIEWS[(device, n)] = zeros[:n]
-    return view
 
 
 def _per_element(values: Tensor, shape: torch.Size) -> tuple[Tensor, Tensor]:
@@ -113,10 +100,11 @@ def _has_rows(state: list[Tensor] | Tensor, synced: bool) -> bool:
 
 def stored_dedup_mode(metric: Any) -> str | None:
     """A package metric's dedup mode: ``"ids"`` or ``"none"`` once its first batch decided it, ``None`` before."""
+    ledger: Ledger = metric._ledger
     if metric._summed is not None:
-        return "none" if metric._update_count else None
+        return ledger.stored_mode(metric, "ids", False, bool(metric._update_count))
     synced = metric._is_synced
-    return "ids" if _has_rows(metric.ids, synced) else ("none" if _has_rows(metric.preds, synced) else None)
+    return ledger.stored_mode(metric, "ids", _has_rows(metric.ids, synced), _has_rows(metric.preds, synced))
 
 
 def stored_weight_mode(metric: Any) -> str | None:
@@ -124,14 +112,14 @@ def stored_weight_mode(metric: Any) -> str | None:
     before any batch. Exact mode: whether the ``weight`` column holds batches; binned / 16-bit: the summed state's
     dtype (float64 sums of weights, int64 counts).
     """
+    ledger: Ledger = metric._ledger
     if not metric._takes_weights:
-        return "none" if metric._update_count else None
+        return ledger.stored_mode(metric, "weights", False, bool(metric._update_count))
     if metric._summed is not None:
-        if metric.__dict__[metric._summed].dtype == torch.float64:  # the dtype only: held 16-bit batches stay held
-            return "weights"
-        return "none" if metric._ledger.count(metric, "rows_seen") else None
+        # the dtype only, read from the instance: held 16-bit batches stay held
+        return ledger.stored_mode(metric, "weights", metric.__dict__[metric._summed].dtype == torch.float64)
     synced = metric._is_synced
-    return "weights" if _has_rows(metric.weight, synced) else ("none" if _has_rows(metric.preds, synced) else None)
+    return ledger.stored_mode(metric, "weights", _has_rows(metric.weight, synced), _has_rows(metric.preds, synced))
 
 
 def _mode_kept(metric: Any, name: str, given: bool) -> bool:
@@ -170,8 +158,9 @@ def check_batch(
         in_unit = check_inputs(preds, target, m.task, m.num_classes, m.num_labels, m.ignore_index, m.normalization)
         if sample_ids is not None or extras:
             shape = sample_shape(m.task, preds, target)
-            if sample_ids is not None:
-                need_high = m._ledger.dataset_size is not None  # the highest id is checked against it
+            size = m._ledger.dataset_size
+            if sample_ids is not None and not sample_ids_fit(sample_ids, shape, size):  # else: the full checks
+                need_high = size is not None  # the highest id is checked against it
                 m._ledger.check_ids(sample_ids, validate_sample_ids(sample_ids, shape, high=need_high))
             for name, values in extras.items():
                 validate_sample_ids(values, shape, name=name, non_negative=False)
@@ -211,6 +200,31 @@ def _weighted_count(metric: Any, scores: Tensor, labels: Tensor, weight: Tensor)
     return torch.stack(parts, dim=m.mode.class_dim)
 
 
+_CPU = torch.device("cpu")
+
+
+def _columns(
+    task: str, preds: Tensor, target: Tensor, ids: Tensor | None, extras: dict[str, Tensor]
+) -> dict[str, Tensor]:
+    """The per-sample integer columns of a batch (:func:`expand_per_sample`); the common batch (binary scores, int64
+    ids on the CPU, one per score) without its steps.
+    """
+    if ids is None and not extras:
+        return {}
+    if (
+        ids is not None
+        and not extras
+        and task == "binary"
+        and ids.dtype == torch.int64
+        and ids.is_cpu
+        and preds.is_cpu
+        and preds.ndim == 1
+        and ids.shape == preds.shape
+    ):
+        return {"ids": ids, "ids_sub": _zeros(ids.shape[0], _CPU)}
+    return expand_per_sample(extras, ids, sample_shape(task, preds, target), preds.device)
+
+
 def take_batch(
     metric: Any,
     preds: Tensor,
@@ -243,9 +257,7 @@ def take_batch(
         extras = {k: v[:keep] for k, v in extras.items()}
         sample_weight = None if sample_weight is None else sample_weight[:keep]  # a padded row drops its weight
         in_unit = in_unit or None  # a score outside [0, 1] may have been in a dropped row
-    expanded: dict[str, Tensor] = {}
-    if extras or sample_ids is not None:
-        expanded = expand_per_sample(extras, sample_ids, sample_shape(m.task, preds, target), preds.device)
+    expanded = _columns(m.task, preds, target, sample_ids, extras)
     if sample_weight is not None:
         expanded["weight"] = check_sample_weight(sample_weight, preds, target, m.task)
     # Whether the scores lie in [0, 1], when the checks read it: the normalisation's own test would say the same.

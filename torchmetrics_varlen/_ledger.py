@@ -36,7 +36,7 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
-from torchmetrics_varlen._checks import int_ends
+from torchmetrics_varlen._checks import int_ends, ints_within
 from torchmetrics_varlen._dedup import SyncReport, report_from_counts, sampler_kept_rows
 from torchmetrics_varlen._dist.group import group_position
 
@@ -213,6 +213,24 @@ class Ledger:
         if stored:
             pending["num_samples"] = pending.get("num_samples", 0) + stored
 
+    def accepted(self, host: Any) -> int:
+        """Rows of the batches taken since ``reset()`` (loaded ones included); refused batches are not among them."""
+        if self.counters is None:
+            return self.own[0]
+        return self.count(host, self.counters[0])
+
+    def stored_mode(self, host: Any, mode: str, column: bool, rows: bool | None = None) -> str | None:
+        """The mode (``"ids"``, ``"weights"``) the epoch's first *accepted* batch decided: ``mode`` when the stored
+        rows hold the column (``column``), ``"none"`` once rows were taken without it (``rows``; ``None``: the
+        ledger's count of taken rows), ``None`` before. A refused batch decides nothing (an update that raises leaves
+        every state and mode as it was; its rows count as rejected, never as taken).
+        """
+        if column:
+            return mode
+        if rows is None:
+            rows = self.accepted(host) > 0
+        return "none" if rows else None
+
     def reject(self, host: Any, start: int, rows: int) -> None:
         """Count a batch that ``update()`` refused: nothing stored, but its rows took their sampler positions."""
         self.add(host, rejected=rows)
@@ -241,6 +259,8 @@ class Ledger:
         """
         if self.dataset_size is None or ids.numel() == 0:
             return
+        if bounds is None and self.dataset_size and ints_within(ids, self.dataset_size - 1):
+            return  # every id in range, told by one pass over the ids (any id outside: its ends, for the message)
         low, high = bounds if bounds is not None else int_ends(ids)
         if low < 0 or high >= self.dataset_size:
             bad = low if low < 0 else high

@@ -133,12 +133,17 @@ class VarlenCollection(MetricCollection):
             ledger.reject(self, start, rows)
             raise
         kept = rows if ids is not None else ledger.kept_rows(start, rows, None)
+        out: Any = {}
+        if kept or not rows:
+            args, kwargs = cut_batch(args, kwargs, rows, kept)
+            try:
+                out = call(*args, **kwargs)
+            except BaseException:  # refused by a metric: its rows decide no mode and count as rejected
+                ledger.reject(self, start, rows)
+                raise
         self._mode = self._mode or ("ids" if ids is not None else "none")
         ledger.accept(self, start, rows, kept)
-        if rows and not kept:
-            return {}
-        args, kwargs = cut_batch(args, kwargs, rows, kept)
-        return call(*args, **kwargs)
+        return out
 
     _mode: str | None = None
 

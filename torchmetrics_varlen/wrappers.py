@@ -430,10 +430,8 @@ class Varlen(GuardedMetric):
         return ids
 
     def _dedup_mode(self) -> str | None:
-        """``"ids"`` or ``"none"`` once a batch decided it, ``None`` before."""
-        if self.varlen_ids:
-            return "ids"
-        return "none" if self._ledger.position(self) else None
+        """``"ids"`` or ``"none"`` once an accepted batch decided it, ``None`` before (:meth:`Ledger.stored_mode`)."""
+        return self._ledger.stored_mode(self, "ids", bool(self.varlen_ids))
 
     def __getstate__(self) -> dict[str, Any]:
         """As torchmetrics'; without the plan (it holds the wrapped metric's ``update``; a copy makes its own)."""
