@@ -42,6 +42,12 @@ def host_pair(ends: tuple[Tensor, Tensor], *, one_read: bool) -> tuple[Any, Any]
 
 
 _HOST_REDUCE = 1024  # from this many CPU integers on, NumPy's min / max (vectorised) beat torch's reductions
+_HOST_REDUCE_MAX = 1 << 20  # ...up to this many: beyond, torch's reductions use its threads (NumPy's one)
+
+
+def _on_host(values: Tensor) -> bool:
+    """Whether to reduce the CPU integers ``values`` with NumPy (batch sizes) rather than torch (large tensors)."""
+    return values.is_cpu and _HOST_REDUCE <= values.numel() < _HOST_REDUCE_MAX
 
 
 def int_ends(values: Tensor, *, high: bool = True) -> tuple[int, int]:
@@ -49,7 +55,7 @@ def int_ends(values: Tensor, *, high: bool = True) -> tuple[int, int]:
     twice). Big CPU tensors are reduced by NumPy (several times faster on int64 than torch's ``min`` / ``aminmax``),
     the rest by one torch reduction.
     """
-    if values.is_cpu and values.numel() >= _HOST_REDUCE:
+    if _on_host(values):
         array = values.numpy()
         low = int(array.min())
         return low, int(array.max()) if high else low
@@ -417,7 +423,7 @@ def _score_range(
         fused = not preds.is_cpu
     if not fused or (labels is not None and (labels.device != preds.device or top >= 2**53)):
         if labels is not None and labels.numel():
-            inside = ints_within(labels, top) if labels.numel() >= _HOST_REDUCE else None
+            inside = ints_within(labels, top) if _on_host(labels) else None
             if inside is None:
                 low, high = torch.aminmax(labels)
                 inside = int(low) >= 0 and int(high) <= top
@@ -522,7 +528,7 @@ def sample_ids_fit(sample_ids: Tensor, shape: torch.Size, dataset_size: int | No
     n = sample_ids.numel()
     if not n:
         return False
-    if n < _HOST_REDUCE:  # small: one torch reduction (NumPy's fixed cost is higher)
+    if not _on_host(sample_ids):  # small: one torch reduction (NumPy's fixed cost is higher); large: torch's threads
         if dataset_size is None:
             return int(sample_ids.min()) >= 0
         low, high = torch.aminmax(sample_ids)
