@@ -203,9 +203,9 @@ def _twice_area_of_keys_cpu(keys: Tensor, pos_before: int, all_before: int) -> i
     in fewer and cheaper passes, over parts of the keys on worker threads (:mod:`._threads`; integers: the same
     for any split).
 
-    The positions of the positives are summed as a dot product in int64 (exact). Scores that have both classes are
-    found in one pass (a negative key followed by its positive twin) and their tie products taken off, with the
-    extent of each run found from its ends (:func:`_run_bound`).
+    The positions of the positives are summed as dot products (int32 over :data:`SUM_BLOCK` keys, then Python ints:
+    exact). Scores that have both classes are found in one pass (a negative key followed by its positive twin) and
+    their tie products taken off, with the extent of each longer run found from its ends (:func:`_run_bound`).
     """
     k = keys.numpy()
     cuts = split_points(keys, parts_for(k.shape[0]))
