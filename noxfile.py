@@ -34,6 +34,8 @@ VERSION_FREE = [
     "tests/test_layers.py",  # the package's import graph
     "tests/test_teardown.py",  # gloo teardown after a dead or stuck peer
     "tests/test_intake_paths.py",  # the package's own input checks and stored forms
+    "tests/test_threads.py",  # the functional core's worker threads (NumPy)
+    "tests/test_sweep.py",  # the functional core's curve sweep (NumPy)
 ]
 
 
