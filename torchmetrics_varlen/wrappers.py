@@ -110,18 +110,7 @@ class _Plan:
         state = inner.__dict__
         state["_computed"] = None
         state["_update_count"] += 1
-        enable = state["_enable_grad"]
-        if enable != torch.is_grad_enabled() or inner.compute_on_cpu:
-            _run_update(inner, method, args, kwargs)
-            return
-        try:  # _run_update, inlined for the common case
-            method(*args, **kwargs)
-        except RuntimeError as err:
-            _device_error(inner, err)
-            raise
-        finally:
-            if torch.is_grad_enabled() != enable:
-                set_grad_mode(enable)
+        _run_update(inner, method, args, kwargs)
 
     def sample_ids(self, sample_ids: Any, rows: int, inner: Metric, lengths: list[int]) -> Tensor:
         """``sample_ids`` checked (:func:`check_sample_ids`): an int64 vector of ``rows`` ids, for a metric whose states
