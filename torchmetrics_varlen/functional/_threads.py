@@ -25,7 +25,19 @@ PART_MIN = 1 << 19
 MAX_PARTS = 8
 
 _lock = threading.Lock()
-_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a forked child makes its own
+_pool: ThreadPoolExecutor | None = None
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: the parent's pool threads do not exist there (a copied pool would count its idle threads and
+    wait on them forever), and the lock may have been held by a parent thread at the fork.
+    """
+    global _lock, _pool
+    _lock, _pool = threading.Lock(), None
+
+
+if hasattr(os, "register_at_fork"):  # no fork on Windows
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def parts_for(n: int) -> int:
@@ -41,13 +53,13 @@ def parts_for(n: int) -> int:
 
 def _executor() -> ThreadPoolExecutor:
     """The package's pool (threads start on demand, at most :data:`MAX_PARTS`; how many run at once is how many
-    items a call submits). After a fork the parent's threads do not exist: the child makes its own pool.
+    items a call submits). A forked child makes its own (:func:`_forget_after_fork`).
     """
     global _pool
     with _lock:
-        if _pool is None or _pool[0] != os.getpid():
-            _pool = (os.getpid(), ThreadPoolExecutor(MAX_PARTS, thread_name_prefix="torchmetrics_varlen"))
-        return _pool[1]
+        if _pool is None:
+            _pool = ThreadPoolExecutor(MAX_PARTS, thread_name_prefix="torchmetrics_varlen")
+        return _pool
 
 
 def run_all(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
