@@ -42,7 +42,8 @@ _CONVERT = {torch.bfloat16: Tensor.bfloat16, torch.float16: Tensor.half}
 # the states, so the key changed with every batch and every update cloned the 65,536-bin histogram.)
 
 _PID = [os.getpid()]  # this process's id, kept current in a forked child
-os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+if hasattr(os, "register_at_fork"):  # no fork on Windows
+    os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 
 
 def owned_state(metric: Any, name: str) -> Tensor:
