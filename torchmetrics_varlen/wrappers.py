@@ -304,21 +304,11 @@ class Varlen(GuardedMetric):
             state = self.__dict__
             state["_computed"] = None
             state["_update_count"] += 1
-            enable, previous = state["_enable_grad"], torch.is_grad_enabled()
             try:
-                if previous != enable:
-                    set_grad_mode(enable)
-                self._intake(args, kwargs, sample_ids, None)
-            except BaseException as err:
+                _run_update(self, self._intake, (args, kwargs, sample_ids, None), {})
+            except BaseException:
                 state["_update_count"] -= 1  # the failed call does not count as an update
-                if isinstance(err, RuntimeError):
-                    _device_error(self, err)
                 raise
-            finally:
-                if torch.is_grad_enabled() != previous:
-                    set_grad_mode(previous)
-            if self.compute_on_cpu:
-                self._move_list_states_to_cpu()
 
         return wrapped_update
 
