@@ -54,6 +54,9 @@ def test_parts_sort_and_sum_to_the_same_bits(
 ) -> None:
     monkeypatch.setattr(_threads, "PART_MIN", 700)  # parts of a few thousand keys
     monkeypatch.setattr(_ranking, "AREA_BLOCK", 97)  # runs of ties straddle blocks and parts
+    monkeypatch.setattr(_ranking, "RUN_BATCH", 5)  # longer runs measured a few at a time
+    monkeypatch.setattr(_sort, "CHUNK", 300)  # AP: many chunks per block, and chunks longer than a block
+    monkeypatch.setattr(_ranking, "AP_BLOCK", 1000)
     torch.set_num_threads(num_threads)
     preds, target = _scores(kind, 20_011, seed=num_threads)
     compact = kind != "logits"
@@ -63,6 +66,17 @@ def test_parts_sort_and_sum_to_the_same_bits(
     assert np.array_equal(col.keys.numpy(), expected)
     sums = _ranking.rank_sums(col)
     assert (sums.twice_area, sums.ap_sum) == _reference_sums(col)  # integers, and the same float64 order
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_run_sizes_count_equal_neighbours_up_to_the_ends(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    k = np.sort(rng.integers(0, int(rng.integers(1, 12)), int(rng.integers(1, 40)))).astype(np.int32)
+    at = np.sort(rng.choice(k.shape[0], int(rng.integers(1, k.shape[0] + 1)), replace=False)).astype(np.int64)
+    up = [int(np.count_nonzero(k[i:] == k[i])) for i in at]  # sorted: the equal values after i are its run
+    down = [int(np.count_nonzero(k[: i + 1] == k[i])) for i in at]
+    assert _ranking._run_sizes(k, at, 1).tolist() == up
+    assert _ranking._run_sizes(k, at, -1).tolist() == down
 
 
 @pytest.mark.parametrize("kind", ["rand", "coarse"])

@@ -303,9 +303,10 @@ class RankingArgs(NamedTuple):
         *,
         averages: dict[str, tuple[str | None, ...]] = SCALAR_AVERAGES,
         tasks: tuple[str, ...] = TASKS,
-    ) -> None:
+    ) -> bool | None:
         """Check the arguments (``averages`` / ``tasks``: what the function accepts), then the batch (with
         :func:`check_inputs`: two reductions for the common batch, the full checks and their messages otherwise).
+        Returns what :func:`check_inputs` does: whether every score lies in [0, 1] (``None``: not known).
         """
         validate_task_args(self.task, self.num_classes, self.num_labels, self.average, averages=averages, tasks=tasks)
         validate_ranking_args(
@@ -315,7 +316,9 @@ class RankingArgs(NamedTuple):
             ignore_index=self.ignore_index,
             normalization=self.normalization,
         )
-        check_inputs(preds, target, self.task, self.num_classes, self.num_labels, self.ignore_index, self.normalization)
+        return check_inputs(
+            preds, target, self.task, self.num_classes, self.num_labels, self.ignore_index, self.normalization
+        )
 
 
 # ------------------------------------------------------------------ inputs

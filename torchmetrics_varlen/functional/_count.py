@@ -17,7 +17,7 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import RankingArgs, Thresholds
+from torchmetrics_varlen._checks import RankingArgs, Thresholds, within
 from torchmetrics_varlen.functional._hist import (
     BINS,
     class_histogram_into,
@@ -182,15 +182,21 @@ def split_rows(split: Split, preds: Pieces, target: Pieces) -> list[tuple[Pieces
 
 
 def counted_problems(
-    mode: Mode, state: Tensor | tuple[Pieces, Pieces], split: Split, thresholds: Tensor | None, with_scores: bool
+    mode: Mode,
+    state: Tensor | tuple[Pieces, Pieces],
+    split: Split,
+    thresholds: Tensor | None,
+    with_scores: bool,
+    compact: bool | None = None,
 ) -> list[Problem]:
     """Every binary problem of a metric's state, ordered and counted.
 
     ``state`` is the stored rows ``(preds, target)`` (exact) or the summed state. ``with_scores`` only matters for
-    float64 scores (16/32-bit thresholds are decoded from the sort keys on demand).
+    float64 scores (16/32-bit thresholds are decoded from the sort keys on demand). ``compact=True`` when every
+    stored score is known to lie in [0, 2) (``None``: tested when sorting).
     """
     if isinstance(state, tuple):
-        return [sort_problem(s, p, with_scores) for s, p in split_rows(split, *state)]
+        return [sort_problem(s, p, with_scores, compact) for s, p in split_rows(split, *state)]
     d = mode.class_dim
     summed = split.apply(state, lambda s: s.sum(d), lambda s: list(s.unbind(d)))
     if mode.kind == "binned":
@@ -200,12 +206,19 @@ def counted_problems(
     return [counts_from_histogram(h, mode.dtype, with_scores) for h in summed]
 
 
-def batch_problems(preds: Tensor, target: Tensor, args: RankingArgs, *, with_scores: bool = True) -> list[Problem]:
+def batch_problems(
+    preds: Tensor, target: Tensor, args: RankingArgs, *, with_scores: bool = True, in_unit: bool | None = None
+) -> list[Problem]:
     """The functional path in one call: format one (validated) batch, count it in its mode, split it into problems.
 
     ``with_scores`` only matters for float64 scores: the partial AUC and the curves need the distinct scores.
+    ``in_unit``: whether every score lies in [0, 1], when the checks found out (:meth:`RankingArgs.validate`). A
+    binary batch's range is read once: it decides the sigmoid and, when it holds, the compact sort keys.
     """
-    scores, labels, _ = format_inputs(preds, target, args.task, args.ignore_index, args.normalization)
     mode, thresholds = Mode.of(args.thresholds), threshold_tensor(args.thresholds, preds.device)
+    if in_unit is None and args.task == "binary" and args.ignore_index is None and args.normalization is not None:
+        in_unit = within(preds, 0, 1)
+    scores, labels, _ = format_inputs(preds, target, args.task, args.ignore_index, args.normalization, in_unit)
     state = (scores, labels) if mode.kind == "exact" else count(mode, scores, labels, args.task, thresholds)
-    return counted_problems(mode, state, Split(args.task, args.average), thresholds, with_scores)
+    compact = True if in_unit and args.task == "binary" and args.ignore_index is None else None
+    return counted_problems(mode, state, Split(args.task, args.average), thresholds, with_scores, compact)

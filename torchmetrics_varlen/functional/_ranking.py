@@ -19,7 +19,7 @@ from torch import Tensor
 
 from torchmetrics_varlen.functional._count import Binned, Problem, problem_device
 from torchmetrics_varlen.functional._sort import (
-    CHUNK,
+    ENCODE_CHUNK,
     Counts,
     SortedKeys,
     SortedProblem,
@@ -120,38 +120,50 @@ def _twice_area_of_keys(keys: Tensor, pos_before: int, all_before: int) -> int:
     return twice_area
 
 
-def _run_bound(k: Any, at: Any, step: int, local: int = 3) -> Any:
-    """For each index of ``at`` in the sorted array ``k``, the last index (``step=1``) or first index (``step=-1``)
-    of its run of equal values: a few vectorised looks at the next neighbour, each on the indices whose run went on
-    (most runs are short), then a binary search for the few still inside a long run.
+def _run_sizes(k: Any, at: Any, step: int, look: int = 4) -> Any:
+    """For each index of ``at`` in the sorted array ``k``, how many equal values its run holds from there on, towards
+    higher (``step=1``) or lower (``step=-1``) indices, the value at ``at`` included.
+
+    ``look - 1`` vectorised looks at the neighbours (equal values are contiguous, so the equal neighbours are the run;
+    an index beyond ``k`` is clipped to its end, which can only make a run that reaches the end look full), then a
+    binary search for the few runs the looks did not see end.
     """
     import numpy as np
 
     value = k[at]
-    bound = at.copy()
-    todo = np.arange(at.size)
-    for _ in range(local):
-        here = bound[todo]
-        neighbour = np.minimum(here + 1, k.shape[0] - 1) if step > 0 else np.maximum(here - 1, 0)
-        todo = todo[(k[neighbour] == value[todo]) & (neighbour != here)]
-        if not todo.size:
-            return bound
-        bound[todo] += step
-    found = np.searchsorted(k, value[todo], side="right" if step > 0 else "left")
-    bound[todo] = found - 1 if step > 0 else found
-    return bound
+    size = np.ones(at.shape[0], dtype=np.int64)
+    where, got, hit = np.empty_like(at), np.empty_like(value), np.empty(at.shape[0], dtype=bool)
+    for j in range(1, look):
+        np.add(at, step * j, out=where)
+        np.take(k, where, out=got, mode="clip")
+        np.equal(got, value, out=hit)
+        np.add(size, hit, out=size)
+    full = np.flatnonzero(size == look)
+    if full.shape[0]:
+        v, a = value[full], at[full]
+        if step > 0:
+            size[full] = np.searchsorted(k, v, side="right") - a
+        else:
+            size[full] = a + 1 - np.searchsorted(k, v, side="left")
+    return size
 
 
-# Keys per block of the CPU area pass: its buffers and temporaries (about 17 bytes per key of a block) stay a few MiB,
-# far below the keys themselves, and the ~10 NumPy calls per block stay negligible (bench_sync measured 0.85x the
+# Keys per block of the CPU area pass: its buffers and temporaries (about 15 bytes per key of a block) stay a few MiB,
+# far below the keys themselves, and the ~15 NumPy calls per block stay negligible (bench_sync measured 0.85x the
 # gathered payload more peak memory with blocks of ENCODE_CHUNK = 2**20 keys at 4e6 samples).
 AREA_BLOCK = 1 << 17
 SUM_BLOCK = 1 << 15
+RUN_BATCH = 1 << 15  # scores with both classes and a longer run, measured together
 
 
 def _area_part(k: Any, lo: int, hi: int) -> tuple[int, int, int]:
     """``(positives, sum of their positions relative to lo, tie products)`` of the sorted keys ``k[lo:hi]``, a part
     that splits no score (:func:`~._sort.split_points`), in blocks of :data:`AREA_BLOCK` with fixed buffers.
+
+    A score with both classes ends its negatives at a pair ``(t, t + 1)`` of keys ``2 * code`` and ``2 * code + 1``
+    (their xor is 1). Its tie product is 1 when neither key has an equal neighbour (the common tie: one negative, one
+    positive), counted from masks of the block; the other pairs are collected and their runs measured once per part
+    (:func:`_run_sizes`).
     """
     import numpy as np
 
@@ -159,11 +171,16 @@ def _area_part(k: Any, lo: int, hi: int) -> tuple[int, int, int]:
     # Positions are summed SUM_BLOCK keys at a time in int32 (below 2**29: exact, and ~3x int64's speed)
     narrow = k.dtype.itemsize <= 4
     labels: Any = np.empty(step, dtype=np.int32 if narrow else np.int64)
-    # twins[t + 1] = k[s + t] ^ k[s + t + 1] over a block's window [s, e), between two sentinels (no repeat)
-    twins = np.empty(step + 4, dtype=k.dtype)
     sub = min(step, SUM_BLOCK) if narrow else step
     positions = np.arange(sub, dtype=labels.dtype)
+    # xor[j] = k[p] ^ k[p + 1] of the pair p = a - 1 + j around a block [a, a + m), j = 0 .. m + 1; pairs that leave
+    # the part read 2 (different scores)
+    xor = np.empty(step + 2, dtype=k.dtype)
+    same = np.empty(step + 2, dtype=bool)  # the pair's keys share a score
+    mixed = np.empty(step, dtype=bool)  # pair a + j: a score's last negative and first positive
+    longer = np.empty(step, dtype=bool)  # ... and a key of the pair has an equal neighbour
     total_positions, c, ties = 0, 0, 0
+    found, held = [], 0
     for a in range(lo, hi, step):
         m = min(step, hi - a)
         np.bitwise_and(k[a : a + m], 1, out=labels[:m])
@@ -172,30 +189,37 @@ def _area_part(k: Any, lo: int, hi: int) -> tuple[int, int, int]:
             count = int(np.count_nonzero(labels[s0:s1]))
             total_positions += int(np.einsum("i,i->", labels[s0:s1], positions[: s1 - s0])) + (a - lo + s0) * count
             c += count
-        # The last negative of each score with both classes: its next key is its positive twin (xor 1). The window
-        # holds the block's keys and one neighbour each side, so a run of one negative and one positive (the common
-        # tie) is recognised here; longer runs are measured in the part (:func:`_run_bound`).
-        s, e = max(a - 1, lo), min(a + m + 2, hi)
-        w = e - s - 1
-        if w <= 0:
+        p0, p1 = max(a - 1, lo), min(a + m + 1, hi - 1)  # the pairs inside the part: [p0, p1)
+        j0, j1 = p0 - a + 1, p1 - a + 1
+        xor[:j0] = 2
+        xor[j1 : m + 2] = 2
+        np.bitwise_xor(k[p0 + 1 : p1 + 1], k[p0:p1], out=xor[j0:j1])
+        np.equal(xor[1 : m + 1], 1, out=mixed[:m])
+        n_mixed = int(np.count_nonzero(mixed[:m]))
+        if not n_mixed:
             continue
-        twins[0] = twins[w + 1] = 1  # the part's ends: nothing repeats beyond them
-        np.bitwise_xor(k[s + 1 : e], k[s : e - 1], out=twins[1 : w + 1])
-        mixed = np.flatnonzero(twins[1 : w + 1] == 1)  # pair t: keys s + t and s + t + 1
-        if mixed.size and s < a and mixed[0] == 0:  # the pair across the block's start: the previous block's
-            mixed = mixed[1:]
-        if mixed.size and s + mixed[-1] >= a + m:  # the pair across the block's end: the next block's
-            mixed = mixed[:-1]
-        if not mixed.size:
-            continue
-        longer = (twins[mixed] == 0) | (twins[mixed + 2] == 0)  # the key before / after the pair repeats
-        runs = mixed[longer] + s
-        ties += mixed.size - runs.size  # one negative and one positive: a product of 1
-        if runs.size:
-            first_neg = _run_bound(k, runs, -1)
-            last_pos = _run_bound(k, runs + 1, 1)
-            ties += int(np.dot(runs + 1 - first_neg, last_pos - runs))
-    return c, total_positions, ties
+        np.less_equal(xor[: m + 2], 1, out=same[: m + 2])
+        np.logical_or(same[:m], same[2 : m + 2], out=longer[:m])
+        np.logical_and(longer[:m], mixed[:m], out=longer[:m])
+        at = np.flatnonzero(longer[:m])
+        ties += n_mixed - at.shape[0]
+        if at.shape[0]:
+            found.append(at + a)
+            held += at.shape[0]
+        if held >= RUN_BATCH:  # measured a batch at a time: bounded temporaries
+            ties += _tie_products(k, found)
+            found, held = [], 0
+    return c, total_positions, ties + _tie_products(k, found)
+
+
+def _tie_products(k: Any, found: list[Any]) -> int:
+    """``sum(negatives * positives)`` of the scores whose last negative is at one of the indices ``found`` (arrays)."""
+    import numpy as np
+
+    if not found:
+        return 0
+    runs = np.concatenate(found)
+    return int(np.dot(_run_sizes(k, runs, -1), _run_sizes(k, runs + 1, 1)))
 
 
 def _twice_area_of_keys_cpu(keys: Tensor, pos_before: int, all_before: int) -> int:
@@ -205,7 +229,7 @@ def _twice_area_of_keys_cpu(keys: Tensor, pos_before: int, all_before: int) -> i
 
     The positions of the positives are summed as dot products (int32 over :data:`SUM_BLOCK` keys, then Python ints:
     exact). Scores that have both classes are found in one pass (a negative key followed by its positive twin) and
-    their tie products taken off, with the extent of each longer run found from its ends (:func:`_run_bound`).
+    their tie products taken off, with the extent of each longer run measured from its ends (:func:`_run_sizes`).
     """
     k = keys.numpy()
     cuts = split_points(keys, parts_for(k.shape[0]))
@@ -243,42 +267,64 @@ def sum_of_products(a: Any, b: Any) -> float:
     return float(np.add.reduce(np.multiply(a, b)))
 
 
-def _ap_sum_of_chunk(k: Any, a: int, b: int, pos_before: int, all_before: int, n_pos: int, n_all: int) -> float:
-    """:func:`_ap_sum_of_counts` of the chunk ``k[a:b]`` of sorted keys (the same float64 vectors, the same
-    :func:`sum_of_products`), with NumPy: positives per distinct score and the precision at it. The counts are whole
-    numbers below 2**53, exact in float64, so the arithmetic is done there and only the division rounds, as in
-    :func:`_ap_sum_of_counts`.
+# Keys per vectorised step of the CPU AP pass: whole chunks of :func:`~._sort.chunks`, several at once (a few NumPy
+# calls per step, not per chunk), their temporaries (about 50 bytes per key) a few MiB.
+AP_BLOCK = 1 << 17
+
+
+def _ap_terms(
+    k: Any, spans: list[tuple[int, int]], pos_before: int, all_before: int, n_pos: int, n_all: int
+) -> list[float]:
+    """``P * AP`` of each chunk ``k[a:b]`` of sorted keys, for consecutive chunks ``spans`` (``*_before``: positives /
+    samples below the first): the float64 vectors of :func:`_ap_sum_of_counts` (positives per distinct score, and
+    the precision at it), each chunk's summed by :func:`sum_of_products` over its own scores, so the same bits.
+
+    Chunks are taken a block of about :data:`AP_BLOCK` keys at a time. The counts are whole numbers below 2**53,
+    exact in float64 wherever they are taken from, so only the division rounds, as in :func:`_ap_sum_of_counts`.
     """
     import numpy as np
 
-    chunk = k[a:b]
-    m = b - a
-    ends = np.empty(m, dtype=np.int64)
-    found = np.flatnonzero(np.bitwise_xor(chunk[1:], chunk[:-1]) > 1)  # the code changes: a score's last key
-    g = found.shape[0] + 1
-    ends[: g - 1] = found
-    ends[g - 1] = m - 1
-    ends = ends[:g]
-    labels = np.empty(m, dtype=np.float64)
-    np.bitwise_and(chunk, 1, out=labels, casting="unsafe")
-    pos_le = torch.cumsum(torch.from_numpy(labels), 0).numpy()[ends]  # whole numbers: exact; torch's scan ~4x NumPy's
-    pos_g = np.empty(g, dtype=np.float64)
-    pos_g[0] = pos_le[0]
-    np.subtract(pos_le[1:], pos_le[:-1], out=pos_g[1:])
-    tps = np.subtract(pos_le, pos_g, out=pos_le)  # positives below the score, within the chunk
-    np.subtract(float(n_pos - pos_before), tps, out=tps)  # positives at or above it
-    all_ge = np.empty(g, dtype=np.float64)
-    all_ge[0] = n_all - all_before
-    np.subtract(float(n_all - all_before - 1), ends[:-1], out=all_ge[1:], casting="unsafe")
-    precision = np.true_divide(tps, all_ge, out=all_ge)
-    return sum_of_products(pos_g, precision)
+    terms: list[float] = []
+    i = 0
+    while i < len(spans):
+        j = i + 1
+        while j < len(spans) and spans[j][1] - spans[i][0] <= AP_BLOCK:
+            j += 1
+        lo, hi = spans[i][0], spans[j - 1][1]
+        block = k[lo:hi]
+        found = np.flatnonzero(np.bitwise_xor(block[1:], block[:-1]) > 1)  # the code changes: a score's last key
+        g = found.shape[0] + 1
+        ends = np.empty(g, dtype=np.int64)
+        ends[: g - 1] = found
+        ends[g - 1] = hi - lo - 1
+        labels = torch.from_numpy(np.bitwise_and(block, 1, dtype=np.int32))
+        pos_le = torch.cumsum(labels, 0, dtype=torch.int32).numpy()[ends].astype(np.float64)  # at or below a score
+        pos_g = np.empty(g, dtype=np.float64)
+        pos_g[0] = pos_le[0]
+        np.subtract(pos_le[1:], pos_le[:-1], out=pos_g[1:])
+        tps = np.empty(g, dtype=np.float64)  # positives at or above each score: all but those below it
+        tps[0] = n_pos - pos_before
+        np.subtract(float(n_pos - pos_before), pos_le[:-1], out=tps[1:])
+        all_ge = np.empty(g, dtype=np.float64)
+        all_ge[0] = n_all - all_before - lo
+        np.subtract(float(n_all - all_before - lo - 1), ends[:-1], out=all_ge[1:], casting="unsafe")
+        products = np.multiply(pos_g, np.true_divide(tps, all_ge, out=tps), out=pos_g)
+        # each chunk's distinct scores: those whose last key is before the chunk's end
+        cuts = np.searchsorted(ends, [b - lo - 1 for _, b in spans[i:j]], side="right")
+        start = 0
+        for cut in cuts.tolist():
+            terms.append(float(np.add.reduce(products[start:cut])))
+            start = cut
+        pos_before += int(pos_le[-1])
+        i = j
+    return terms
 
 
 def _ap_sum_of_keys_cpu(col: SortedKeys, pos_before: int, all_before: int, n_pos: int, n_all: int) -> float:
     """``P * AP`` of sorted keys on CPU: the chunks of :func:`~._sort.chunks` (the same partition, so the same
     float64 terms, added in the same order). On worker threads, one run of consecutive chunks per thread: first the
-    positives of every chunk are counted, then each chunk's term is computed (:func:`_ap_sum_of_chunk`); the terms
-    are added here, in order.
+    positives of every run are counted, then each chunk's term is computed (:func:`_ap_terms`); the terms are added
+    here, in order.
     """
     import numpy as np
 
@@ -286,24 +332,25 @@ def _ap_sum_of_keys_cpu(col: SortedKeys, pos_before: int, all_before: int, n_pos
     bounds = chunk_bounds(col.keys)
     spans = list(zip(bounds[:-1], bounds[1:], strict=True))
     threads = parts_for(k.shape[0])
-    runs = [range(i * len(spans) // threads, (i + 1) * len(spans) // threads) for i in range(threads)]
+    runs = [spans[i * len(spans) // threads : (i + 1) * len(spans) // threads] for i in range(threads)]
+    runs = [run for run in runs if run]
 
-    def count_run(run: range) -> list[int]:
-        labels = np.empty(CHUNK, dtype=k.dtype)
-        out = []
-        for a, b in (spans[i] for i in run):
-            if b - a > labels.shape[0]:
-                labels = np.empty(b - a, dtype=k.dtype)
-            out.append(int(np.count_nonzero(np.bitwise_and(k[a:b], 1, out=labels[: b - a]))))
-        return out
+    def count_run(run: list[tuple[int, int]]) -> int:
+        labels = np.empty(min(ENCODE_CHUNK, run[-1][1] - run[0][0]), dtype=k.dtype)
+        count = 0
+        for a in range(run[0][0], run[-1][1], labels.shape[0]):
+            b = min(a + labels.shape[0], run[-1][1])
+            count += int(np.count_nonzero(np.bitwise_and(k[a:b], 1, out=labels[: b - a])))
+        return count
 
-    before = list(itertools.accumulate(itertools.chain.from_iterable(run_all(count_run, runs)), initial=pos_before))
+    counts = run_all(count_run, runs[:-1])  # the last run's positives are not needed
+    before = list(itertools.accumulate(counts, initial=pos_before))
 
-    def sum_run(run: range) -> list[float]:
-        return [_ap_sum_of_chunk(k, *spans[i], before[i], spans[i][0] + all_before, n_pos, n_all) for i in run]
+    def sum_run(r: int) -> list[float]:
+        return _ap_terms(k, runs[r], before[r], all_before, n_pos, n_all)
 
     ap_sum = 0.0
-    for term in itertools.chain.from_iterable(run_all(sum_run, runs)):
+    for term in itertools.chain.from_iterable(run_all(sum_run, range(len(runs)))):
         ap_sum += term
     return ap_sum
 

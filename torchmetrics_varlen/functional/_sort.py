@@ -31,6 +31,8 @@ _KEYS = {
     torch.bfloat16: (torch.int16, torch.int32, 1 << 15),
 }
 
+_NUMPY_INT = {torch.int16: "int16", torch.int32: "int32", torch.int64: "int64"}
+
 # Samples per chunk when streaming (a chunk grows to the end of the run of equal scores it stops in). The chunking
 # is a function of the sorted multiset only, so streamed sums are reproducible bit for bit.
 CHUNK = 1 << 16
@@ -139,10 +141,11 @@ def fits_compact(preds: Tensor | Sequence[Tensor]) -> bool:
     return all(within(block, 0, 2, closed=False) for block, _ in blocks(preds))
 
 
-def _encode_cpu(out: Tensor, bits: Tensor, label: Tensor, compact: bool) -> None:
+def _encode_cpu(out: Tensor, bits: Tensor, label: Tensor, compact: bool) -> int:
     """Keys of one block into ``out`` with NumPy (labels of any integer or bool dtype are cast inside the loops), in
     parts on worker threads when the block is big (:mod:`._threads`): no torch operation per chunk, so no OpenMP
-    team to wake (and wait for, on a loaded host) a few hundred times.
+    team to wake (and wait for, on a loaded host) a few hundred times. Returns how many labels are positive
+    (counted in the same parts).
 
     Compact keys are ``bits << 1 | label``: the shift drops the sign bit (so -0.0 lands on +0.0's key) and makes room
     for the label; the rest of a non-negative float's bits increase with it. Wide keys first map the sign-magnitude
@@ -154,7 +157,7 @@ def _encode_cpu(out: Tensor, bits: Tensor, label: Tensor, compact: bool) -> None
     keys, codes, labels = out.numpy(), bits.detach().numpy(), label.detach().numpy()
     half = 1 << (8 * codes.itemsize - 1)  # 2**(bits - 1) of the scores' width
 
-    def run(span: tuple[int, int]) -> None:
+    def run(span: tuple[int, int]) -> int:
         step = ENCODE_CHUNK if compact else CHUNK
         if not compact:
             wide = np.empty(min(step, span[1] - span[0]), dtype=keys.dtype)
@@ -171,25 +174,41 @@ def _encode_cpu(out: Tensor, bits: Tensor, label: Tensor, compact: bool) -> None
                 np.add(w, half, out=w, where=m)
                 np.left_shift(w, 1, out=keys[a:b])
             np.bitwise_or(keys[a:b], labels[a:b], out=keys[a:b], casting="unsafe")
+        return int(np.count_nonzero(labels[span[0] : span[1]]))
 
     n = keys.shape[0]
     parts = parts_for(n)
-    run_all(run, [(i * n // parts, (i + 1) * n // parts) for i in range(parts)])
+    if parts > 1:
+        # The first write to fresh memory faults its pages in; from two threads at once, into huge pages
+        # (:func:`_empty_keys`), that stalled for 50 ms at 10**7 keys (a single-threaded fill: 3-7 ms).
+        keys.fill(0)
+    return sum(run_all(run, [(i * n // parts, (i + 1) * n // parts) for i in range(parts)]))
+
+
+def _empty_keys(n: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """An uninitialised key buffer. On CPU NumPy allocates it: NumPy asks the kernel for huge pages for big arrays
+    (``madvise``), so the first write of 10**7 keys faults in a few dozen pages, not ten thousand (3-7 ms, not 10-13).
+    """
+    if device.type != "cpu":
+        return torch.empty(n, dtype=dtype, device=device)
+    import numpy as np
+
+    return torch.from_numpy(np.empty(n, dtype=_NUMPY_INT[dtype]))
 
 
 def _encode(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor], compact: bool) -> tuple[Tensor, int]:
     """Unsorted keys (see :func:`encode`) and how many labels are positive, in one pass over the blocks."""
     pieces = _pieces(preds)
     as_int, wide, half = _KEYS[pieces[0].dtype]
-    keys = torch.empty(sum(p.numel() for p in pieces), dtype=as_int if compact else wide, device=pieces[0].device)
+    keys = _empty_keys(sum(p.numel() for p in pieces), as_int if compact else wide, pieces[0].device)
     offset, n_pos = 0, 0
     for scores, label in blocks(pieces, target):
         assert label is not None
-        n_pos += int(torch.count_nonzero(label))  # a bool sum would copy to int64
         if keys.is_cpu and scores.is_cpu and label.is_cpu:
-            _encode_cpu(keys[offset : offset + scores.numel()], scores.view(as_int), label, compact)
+            n_pos += _encode_cpu(keys[offset : offset + scores.numel()], scores.view(as_int), label, compact)
             offset += scores.numel()
             continue
+        n_pos += int(torch.count_nonzero(label))  # a bool sum would copy to int64
         if compact:
             # bool and uint8 labels (the stored forms) are or-ed as they are; others are converted chunk by chunk
             # (a whole-size int32 copy of the labels would add 0.8x a gathered payload to the peak memory)
@@ -277,28 +296,36 @@ def split_points(keys: Tensor, parts: int) -> list[int]:
     return cuts
 
 
-def sorted_keys(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor]) -> SortedKeys:
-    """Sorted packed keys of 16/32-bit scores ``preds`` and labels ``target`` (bool / 0-1), or lists of pieces."""
+def sorted_keys(
+    preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor], compact: bool | None = None
+) -> SortedKeys:
+    """Sorted packed keys of 16/32-bit scores ``preds`` and labels ``target`` (bool / 0-1), or lists of pieces;
+    ``compact`` as in :func:`encode`.
+    """
     dtype = _pieces(preds)[0].dtype
-    compact = fits_compact(preds)
+    compact = fits_compact(preds) if compact is None else compact
     keys, n_pos = _encode(preds, target, compact)
     return SortedKeys(sort_keys_(keys), dtype, n_pos, compact)
 
 
 def sort_problem(
-    preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor], with_scores: bool = True
+    preds: Tensor | Sequence[Tensor],
+    target: Tensor | Sequence[Tensor],
+    with_scores: bool = True,
+    compact: bool | None = None,
 ) -> SortedProblem:
     """One binary problem (scores and bool / 0-1 labels, or pieces of them) in its cheapest exact sorted form.
 
     Pieces of one 16/32-bit dtype are encoded straight into one key buffer (never concatenated; pieces of mixed
     dtypes are concatenated first, which promotes them); float64 scores become counts. ``with_scores`` only matters
-    for counts (keys decode their thresholds on demand).
+    for counts (keys decode their thresholds on demand); ``compact=True`` when every score is known to lie in
+    [0, 2) (``None``: tested here).
     """
     scores, labels = _pieces(preds), _pieces(target)
     if len(scores) > 1 and len({p.dtype for p in scores}) > 1:  # mixed widths: promoted, as a sync promotes them
         scores, labels = [torch.cat(scores)], [torch.cat(labels)]
     if packable(scores[0].dtype):
-        return sorted_keys(scores, labels)
+        return sorted_keys(scores, labels, compact)
     one_scores = torch.cat(scores) if len(scores) > 1 else scores[0]
     return ascending_counts(one_scores, torch.cat(labels) if len(labels) > 1 else labels[0], with_scores)
 

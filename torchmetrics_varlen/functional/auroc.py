@@ -124,11 +124,10 @@ def auroc(
         tensor(1.)
     """
     args = RankingArgs(task, num_classes, num_labels, average, thresholds, ignore_index, normalization, max_fpr)
-    if validate_args:
-        args.validate(preds, target)
+    in_unit = args.validate(preds, target) if validate_args else None
     if sample_weight is not None:
         return _compute_weighted(
             weighted_batch_problems(preds, target, sample_weight, args), Split(task, average), max_fpr
         )
-    problems = batch_problems(preds, target, args, with_scores=max_fpr is not None)
+    problems = batch_problems(preds, target, args, with_scores=max_fpr is not None, in_unit=in_unit)
     return _compute(problems, Split(task, average), max_fpr)

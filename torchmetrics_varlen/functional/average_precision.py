@@ -79,9 +79,8 @@ def average_precision(
         tensor(0.7000)
     """
     args = RankingArgs(task, num_classes, num_labels, average, thresholds, ignore_index, normalization)
-    if validate_args:
-        args.validate(preds, target)
+    in_unit = args.validate(preds, target) if validate_args else None
     if sample_weight is not None:
         return reduce_weighted(weighted_batch_problems(preds, target, sample_weight, args), Split(task, average), "ap")
-    problems = batch_problems(preds, target, args, with_scores=False)
+    problems = batch_problems(preds, target, args, with_scores=False, in_unit=in_unit)
     return reduce_problems(problems, Split(task, average), AVERAGE_PRECISION)

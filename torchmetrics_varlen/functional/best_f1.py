@@ -87,6 +87,5 @@ def best_f1(
         (tensor(0.8000), tensor(0.3500))
     """
     args = RankingArgs(task, None, num_labels, None, None, ignore_index, normalization)
-    if validate_args:
-        args.validate(preds, target, tasks=TASKS)
-    return _compute(batch_problems(preds, target, args), Split(task))
+    in_unit = args.validate(preds, target, tasks=TASKS) if validate_args else None
+    return _compute(batch_problems(preds, target, args, in_unit=in_unit), Split(task))

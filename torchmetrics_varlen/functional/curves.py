@@ -112,12 +112,11 @@ def _compute(kind: str, problems: list[Problem], split: Split) -> Curve:
 def _curve(
     kind: str, preds: Tensor, target: Tensor, args: RankingArgs, validate_args: bool, sample_weight: Tensor | None
 ) -> Curve:
-    if validate_args:
-        args.validate(preds, target, averages=CURVE_AVERAGES)
+    in_unit = args.validate(preds, target, averages=CURVE_AVERAGES) if validate_args else None
     if sample_weight is not None:
         weighted: list[Problem] = list(weighted_batch_problems(preds, target, sample_weight, args))
         return _compute(kind, weighted, Split(args.task, args.average))
-    return _compute(kind, batch_problems(preds, target, args), Split(args.task, args.average))
+    return _compute(kind, batch_problems(preds, target, args, in_unit=in_unit), Split(args.task, args.average))
 
 
 def roc(
