@@ -120,3 +120,52 @@ def test_in_place_sort_leaves_the_inputs_alone() -> None:
     auroc(preds, target)
     average_precision(preds, target)
     assert torch.equal(preds, before)
+
+
+@pytest.mark.parametrize("label_dtype", [torch.bool, torch.uint8, torch.int8, torch.int32, torch.int64, torch.float32])
+@pytest.mark.parametrize("compact", [False, True])
+@pytest.mark.parametrize("parts", [False, True])
+def test_any_nonzero_label_is_a_positive_in_the_keys(
+    label_dtype: torch.dtype, compact: bool, parts: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Labels go into the keys as they are (no bool copy): a non-zero label of any dtype but uint8 (a stored 0 / 1
+    form) is a positive, as ``.bool()`` makes it, on one thread and in parts on several.
+    """
+    from torchmetrics_varlen.functional import _threads
+
+    if parts:
+        monkeypatch.setattr(_threads, "PART_MIN", 500)
+        monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    gen = torch.Generator().manual_seed(7)
+    n = 5003
+    preds = torch.rand(n, generator=gen) if compact else torch.randn(n, generator=gen)
+    flags = torch.rand(n, generator=gen) < 0.4
+    if label_dtype in (torch.bool, torch.uint8):
+        labels = flags.to(label_dtype)
+    else:  # other non-zero values than 1, negative ones included
+        labels = flags.to(torch.int64) * torch.randint(1, 5, (n,), generator=gen) * (1 - 2 * (torch.arange(n) % 2))
+        labels = labels.to(label_dtype)
+    keys, n_pos, _ = _sort._encode(preds, labels, compact)
+    expected, expected_pos, _ = _sort._encode(preds, flags, compact)
+    assert torch.equal(keys, expected)
+    assert n_pos == expected_pos == int(flags.sum())
+    if label_dtype != torch.float32:  # the functional API takes integer / bool targets
+        value = auroc(preds, labels, validate_args=False, normalization=None)
+        assert torch.equal(value, auroc(preds, flags, normalization=None))
+
+
+@pytest.mark.parametrize("bad_at", [None, 0, 3, 150])
+def test_pieces_tested_while_encoding_start_over_wide_at_a_score_outside(bad_at: int | None) -> None:
+    """Stored pieces are range-tested block by block as they are encoded; a score outside [0, 2) in any block
+    (the first, or one after compact blocks were written) gives the wide keys of the whole data.
+    """
+    gen = torch.Generator().manual_seed(3)
+    pieces = [torch.rand(int(m), generator=gen) for m in torch.randint(1, 900, (160,), generator=gen)]
+    labels = [torch.rand(p.numel(), generator=gen) < 0.5 for p in pieces]
+    if bad_at is not None:
+        pieces[bad_at][-1] = -0.5
+    keys, n_pos, compact = _sort._encode(pieces, labels, None)
+    assert compact is (bad_at is None)
+    whole, whole_labels = torch.cat(pieces), torch.cat(labels)
+    assert torch.equal(keys, _sort.encode(whole, whole_labels, compact))
+    assert n_pos == int(whole_labels.sum())

@@ -25,7 +25,7 @@ from torchmetrics_varlen.functional._hist import (
     histogram,
     histogram_into,
 )
-from torchmetrics_varlen.functional._sort import SortedKeys, SortedProblem, sort_problem
+from torchmetrics_varlen.functional._sort import SortedKeys, SortedProblem, packable, sort_problem
 from torchmetrics_varlen.functional._tasks import Split, format_inputs, merged_rows, rows_by_class
 
 
@@ -218,7 +218,11 @@ def batch_problems(
     mode, thresholds = Mode.of(args.thresholds), threshold_tensor(args.thresholds, preds.device)
     if in_unit is None and args.task == "binary" and args.ignore_index is None and args.normalization is not None:
         in_unit = within(preds, 0, 1)
-    scores, labels, _ = format_inputs(preds, target, args.task, args.ignore_index, args.normalization, in_unit)
+    # exact binary scores sorted on CPU as packed keys: the labels go in as they are (non-zero: positive)
+    keep = mode.kind == "exact" and args.task == "binary" and preds.is_cpu and target.is_cpu and packable(preds.dtype)
+    scores, labels, _ = format_inputs(
+        preds, target, args.task, args.ignore_index, args.normalization, in_unit, keep_labels=keep
+    )
     state = (scores, labels) if mode.kind == "exact" else count(mode, scores, labels, args.task, thresholds)
     compact = True if in_unit and args.task == "binary" and args.ignore_index is None else None
     return counted_problems(mode, state, Split(args.task, args.average), thresholds, with_scores, compact)

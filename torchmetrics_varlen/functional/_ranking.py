@@ -19,7 +19,6 @@ from torch import Tensor
 
 from torchmetrics_varlen.functional._count import Binned, Problem, problem_device
 from torchmetrics_varlen.functional._sort import (
-    ENCODE_CHUNK,
     Counts,
     SortedKeys,
     SortedProblem,
@@ -269,7 +268,7 @@ def sum_of_products(a: Any, b: Any) -> float:
 
 # Keys per vectorised step of the CPU AP pass: whole chunks of :func:`~._sort.chunks`, several at once (a few NumPy
 # calls per step, not per chunk), their temporaries (about 50 bytes per key) a few MiB.
-AP_BLOCK = 1 << 17
+AP_BLOCK = 1 << 16
 
 
 def _ap_terms(
@@ -336,7 +335,7 @@ def _ap_sum_of_keys_cpu(col: SortedKeys, pos_before: int, all_before: int, n_pos
     runs = [run for run in runs if run]
 
     def count_run(run: list[tuple[int, int]]) -> int:
-        labels = np.empty(min(ENCODE_CHUNK, run[-1][1] - run[0][0]), dtype=k.dtype)
+        labels = np.empty(min(AP_BLOCK, run[-1][1] - run[0][0]), dtype=k.dtype)
         count = 0
         for a in range(run[0][0], run[-1][1], labels.shape[0]):
             b = min(a + labels.shape[0], run[-1][1])

@@ -142,10 +142,10 @@ def fits_compact(preds: Tensor | Sequence[Tensor]) -> bool:
 
 
 def _encode_cpu(out: Tensor, bits: Tensor, label: Tensor, compact: bool) -> int:
-    """Keys of one block into ``out`` with NumPy (labels of any integer or bool dtype are cast inside the loops), in
-    parts on worker threads when the block is big (:mod:`._threads`): no torch operation per chunk, so no OpenMP
-    team to wake (and wait for, on a loaded host) a few hundred times. Returns how many labels are positive
-    (counted in the same parts).
+    """Keys of one block into ``out`` with NumPy (bool or 0 / 1 ``uint8`` labels or-ed in as they are, any other
+    dtype's non-zero values made positives chunk by chunk: no converted copy of the labels), in parts on worker
+    threads when the block is big (:mod:`._threads`): no torch operation per chunk, so no OpenMP team to wake (and
+    wait for, on a loaded host) a few hundred times. Returns how many labels are positive (counted in the same parts).
 
     Compact keys are ``bits << 1 | label``: the shift drops the sign bit (so -0.0 lands on +0.0's key) and makes room
     for the label; the rest of a non-negative float's bits increase with it. Wide keys first map the sign-magnitude
@@ -156,16 +156,21 @@ def _encode_cpu(out: Tensor, bits: Tensor, label: Tensor, compact: bool) -> int:
 
     keys, codes, labels = out.numpy(), bits.detach().numpy(), label.detach().numpy()
     half = 1 << (8 * codes.itemsize - 1)  # 2**(bits - 1) of the scores' width
+    flags = label.dtype not in (torch.bool, torch.uint8)  # other labels: any non-zero value is a positive
 
     def run(span: tuple[int, int]) -> int:
         step = ENCODE_CHUNK if compact else CHUNK
         if not compact:
             wide = np.empty(min(step, span[1] - span[0]), dtype=keys.dtype)
             nonneg = np.empty(wide.shape[0], dtype=bool)
+        if flags:
+            positive = np.empty(min(step, span[1] - span[0]), dtype=bool)
+        count = 0
         for a in range(span[0], span[1], step):
             b = min(a + step, span[1])
             if compact:
-                np.left_shift(codes[a:b], 1, out=keys[a:b])
+                if not shifted:
+                    np.left_shift(codes[a:b], 1, out=keys[a:b])
             else:
                 w, m = wide[: b - a], nonneg[: b - a]
                 np.copyto(w, codes[a:b])
@@ -173,15 +178,22 @@ def _encode_cpu(out: Tensor, bits: Tensor, label: Tensor, compact: bool) -> int:
                 np.abs(w, out=w)
                 np.add(w, half, out=w, where=m)
                 np.left_shift(w, 1, out=keys[a:b])
-            np.bitwise_or(keys[a:b], labels[a:b], out=keys[a:b], casting="unsafe")
-        return int(np.count_nonzero(labels[span[0] : span[1]]))
+            label_bits = np.not_equal(labels[a:b], 0, out=positive[: b - a]) if flags else labels[a:b]
+            np.bitwise_or(keys[a:b], label_bits, out=keys[a:b], casting="unsafe")
+            count += int(np.count_nonzero(label_bits))
+        return count
 
     n = keys.shape[0]
     parts = parts_for(n)
+    shifted = parts > 1 and compact
     if parts > 1:
         # The first write to fresh memory faults its pages in; from two threads at once, into huge pages
-        # (:func:`_empty_keys`), that stalled for 50 ms at 10**7 keys (a single-threaded fill: 3-7 ms).
-        keys.fill(0)
+        # (:func:`_empty_keys`), that stalled for 50 ms at 10**7 keys. So this thread writes every key first: the
+        # compact keys' shift, or zeros.
+        if compact:
+            np.left_shift(codes, 1, out=keys)
+        else:
+            keys.fill(0)
     return sum(run_all(run, [(i * n // parts, (i + 1) * n // parts) for i in range(parts)]))
 
 
@@ -196,30 +208,39 @@ def _empty_keys(n: int, dtype: torch.dtype, device: torch.device) -> Tensor:
     return torch.from_numpy(np.empty(n, dtype=_NUMPY_INT[dtype]))
 
 
-def _encode(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor], compact: bool) -> tuple[Tensor, int]:
-    """Unsorted keys (see :func:`encode`) and how many labels are positive, in one pass over the blocks."""
+def _encode(
+    preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor], compact: bool | None
+) -> tuple[Tensor, int, bool]:
+    """Unsorted keys (see :func:`encode`), how many labels are positive and whether the keys are compact, in one pass
+    over the blocks. ``compact=None``: each block's range is tested before it is encoded (pieces are then gathered
+    once, not once to test and once to encode); a block outside [0, 2) starts the keys over, wide.
+    """
     pieces = _pieces(preds)
     as_int, wide, half = _KEYS[pieces[0].dtype]
-    keys = _empty_keys(sum(p.numel() for p in pieces), as_int if compact else wide, pieces[0].device)
+    packed = compact is not False
+    keys = _empty_keys(sum(p.numel() for p in pieces), as_int if packed else wide, pieces[0].device)
     offset, n_pos = 0, 0
     for scores, label in blocks(pieces, target):
         assert label is not None
+        if compact is None and not within(scores, 0, 2, closed=False):
+            del keys
+            return _encode(pieces, target, False)
         if keys.is_cpu and scores.is_cpu and label.is_cpu:
-            n_pos += _encode_cpu(keys[offset : offset + scores.numel()], scores.view(as_int), label, compact)
+            n_pos += _encode_cpu(keys[offset : offset + scores.numel()], scores.view(as_int), label, packed)
             offset += scores.numel()
             continue
         n_pos += int(torch.count_nonzero(label))  # a bool sum would copy to int64
-        if compact:
+        if packed:
             # bool and uint8 labels (the stored forms) are or-ed as they are; others are converted chunk by chunk
             # (a whole-size int32 copy of the labels would add 0.8x a gathered payload to the peak memory)
-            convert = label.dtype not in (torch.bool, torch.uint8, as_int)
+            convert = label.dtype not in (torch.bool, torch.uint8)
             for a in range(0, scores.numel(), ENCODE_CHUNK):
                 b = min(a + ENCODE_CHUNK, scores.numel())
                 out = keys[offset + a : offset + b]
                 # The shift drops the sign bit (so -0.0 lands on +0.0's key) and makes room for the label; the rest
                 # of a non-negative float's bits increase with it.
                 torch.bitwise_left_shift(scores[a:b].view(as_int).to(keys.device), 1, out=out)
-                chunk = label[a:b].to(as_int) if convert else label[a:b]
+                chunk = label[a:b] != 0 if convert else label[a:b]
                 out.bitwise_or_(chunk.to(keys.device))
             offset += scores.numel()
             continue
@@ -232,10 +253,11 @@ def _encode(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor],
             key.abs_()
             key.add_(nonneg.to(wide), alpha=half)
             key.bitwise_left_shift_(1)
-            key.bitwise_or_(label[a:b].to(device=keys.device, dtype=wide))
+            positive = label[a:b] if label.dtype in (torch.bool, torch.uint8) else label[a:b] != 0
+            key.bitwise_or_(positive.to(device=keys.device, dtype=wide))
             keys[offset + a : offset + b] = key
         offset += scores.numel()
-    return keys, n_pos
+    return keys, n_pos, packed
 
 
 def encode(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor], compact: bool | None = None) -> Tensor:
@@ -246,7 +268,7 @@ def encode(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor], 
     :data:`CHUNK` samples at a time, see :func:`blocks`). Built chunk by chunk: the only allocation of size N is the
     result. ``compact`` (default: :func:`fits_compact`) must only be ``True`` when every score fits.
     """
-    return _encode(preds, target, fits_compact(preds) if compact is None else compact)[0]
+    return _encode(preds, target, compact)[0]
 
 
 def decode(codes: Tensor, dtype: torch.dtype, compact: bool) -> Tensor:
@@ -303,8 +325,7 @@ def sorted_keys(
     ``compact`` as in :func:`encode`.
     """
     dtype = _pieces(preds)[0].dtype
-    compact = fits_compact(preds) if compact is None else compact
-    keys, n_pos = _encode(preds, target, compact)
+    keys, n_pos, compact = _encode(preds, target, compact)
     return SortedKeys(sort_keys_(keys), dtype, n_pos, compact)
 
 

@@ -64,6 +64,7 @@ def format_inputs(
     ignore_index: int | None,
     normalization: Normalization,
     in_unit: bool | None = None,
+    keep_labels: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """A batch in its stored form, plus the mask of the flattened sample positions kept (``None``: all).
 
@@ -74,7 +75,9 @@ def format_inputs(
     sigmoid when any score of the batch (ignored entries included) is outside [0, 1].
 
     ``in_unit``: whether every score of the batch lies in [0, 1], when the caller already knows it (the input checks
-    read it without ``ignore_index``); ``None``: tested here.
+    read it without ``ignore_index``); ``None``: tested here. ``keep_labels``: binary labels of a dtype other than
+    ``uint8`` are returned as they are, not as bool, for a caller that takes any non-zero label as a positive itself
+    (the sort keys do, on CPU: no bool copy of the labels).
     """
     if in_unit is not None and ignore_index is not None:
         in_unit = None  # known for the whole batch; the test below is on the kept scores
@@ -100,7 +103,7 @@ def format_inputs(
     if normalization is not None and not (within(scores, 0, 1) if in_unit is None else in_unit):
         check_binary_normalization(scores, normalization)
         scores = scores.sigmoid()
-    return scores, labels.bool(), kept
+    return scores, labels if keep_labels and labels.dtype != torch.uint8 else labels.bool(), kept
 
 
 def rows_by_class(rows: tuple[Tensor, Tensor], task: str) -> list[tuple[Tensor, Tensor]]:
