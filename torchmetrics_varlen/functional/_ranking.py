@@ -291,13 +291,15 @@ def _ap_terms(
             j += 1
         lo, hi = spans[i][0], spans[j - 1][1]
         block = k[lo:hi]
-        found = np.flatnonzero(np.bitwise_xor(block[1:], block[:-1]) > 1)  # the code changes: a score's last key
-        g = found.shape[0] + 1
-        ends = np.empty(g, dtype=np.int64)
-        ends[: g - 1] = found
-        ends[g - 1] = hi - lo - 1
-        labels = torch.from_numpy(np.bitwise_and(block, 1, dtype=np.int32))
-        pos_le = torch.cumsum(labels, 0, dtype=torch.int32).numpy()[ends].astype(np.float64)  # at or below a score
+        last = np.empty(hi - lo, dtype=bool)  # a score's last key: the code changes after it, or the block ends
+        np.greater(np.bitwise_xor(block[1:], block[:-1]), 1, out=last[:-1])
+        last[-1] = True
+        ends = np.flatnonzero(last)
+        del last
+        g = ends.shape[0]
+        cumulative = torch.cumsum(torch.from_numpy(np.bitwise_and(block, 1, dtype=np.int32)), 0, dtype=torch.int32)
+        pos_le = cumulative.numpy()[ends].astype(np.float64)  # positives at or below each score
+        del cumulative
         pos_g = np.empty(g, dtype=np.float64)
         pos_g[0] = pos_le[0]
         np.subtract(pos_le[1:], pos_le[:-1], out=pos_g[1:])
