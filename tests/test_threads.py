@@ -79,6 +79,19 @@ def test_run_sizes_count_equal_neighbours_up_to_the_ends(seed: int) -> None:
     assert _ranking._run_sizes(k, at, -1).tolist() == down
 
 
+@pytest.mark.parametrize("m", [1, 1023, 1024, 1025, 5000, 1 << 17])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("fill", ["ones", "random"])
+def test_position_sums_are_exact_for_full_rows(m: int, dtype: type, fill: str) -> None:
+    """Rows of all positives are the largest row sums (just below 2**31 in int32): still exact."""
+    labels = np.ones(m, dtype=dtype) if fill == "ones" else np.random.default_rng(m).integers(0, 2, m).astype(dtype)
+    positions = np.arange(_ranking.ROW, dtype=np.int32) + (1 << _ranking.ROW_SHIFT)
+    row_starts = np.arange(0, m, _ranking.ROW, dtype=np.int64)
+    count, total = _ranking._position_sums(labels, positions, row_starts)
+    assert count == int(labels.sum())
+    assert total == int(np.flatnonzero(labels).sum())
+
+
 @pytest.mark.parametrize("kind", ["rand", "coarse"])
 def test_ap_does_not_depend_on_the_number_of_threads(kind: str, threads: None) -> None:
     """The float64 sum of AP has one order whatever ``torch.set_num_threads`` says (``torch.dot`` on MKL changes

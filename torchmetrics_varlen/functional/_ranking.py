@@ -151,8 +151,35 @@ def _run_sizes(k: Any, at: Any, step: int, look: int = 4) -> Any:
 # far below the keys themselves, and the ~15 NumPy calls per block stay negligible (bench_sync measured 0.85x the
 # gathered payload more peak memory with blocks of ENCODE_CHUNK = 2**20 keys at 4e6 samples).
 AREA_BLOCK = 1 << 17
-SUM_BLOCK = 1 << 15
 RUN_BATCH = 1 << 15  # scores with both classes and a longer run, measured together
+# int32 labels are summed in rows of ROW keys against positions ``j + 2**ROW_SHIFT``: each row's dot product is
+# ``2**ROW_SHIFT * count + sum of positions`` with the sum below 2**ROW_SHIFT and the whole below 2**31, so one
+# einsum gives every row's count and position sum, exactly.
+ROW = 1 << 10
+ROW_SHIFT = 20
+
+
+def _position_sums(labels: Any, positions: Any, row_starts: Any) -> tuple[int, int]:
+    """``(positives, sum of their positions)`` of a block of 0 / 1 ``labels``: int32 rows of :data:`ROW` against
+    ``positions`` (``j + 2**ROW_SHIFT``, ``row_starts`` the rows' first positions), the rest (and int64 labels) one
+    plain dot product.
+    """
+    import numpy as np
+
+    m = labels.shape[0]
+    rows = m // ROW if labels.dtype == np.int32 else 0
+    count, total = 0, 0
+    if rows:
+        both = np.einsum("ij,j->i", labels[: rows * ROW].reshape(rows, ROW), positions).astype(np.int64)
+        counts = both >> ROW_SHIFT
+        count = int(counts.sum())
+        total = int(np.bitwise_and(both, (1 << ROW_SHIFT) - 1).sum()) + int(np.dot(counts, row_starts[:rows]))
+    rest = labels[rows * ROW :]
+    if rest.shape[0]:
+        tail = int(np.count_nonzero(rest))
+        ramp = np.arange(rows * ROW, m, dtype=labels.dtype)  # int64 labels: positions below 2**17, sums below 2**34
+        count, total = count + tail, total + int(np.dot(rest, ramp))
+    return count, total
 
 
 def _area_part(k: Any, lo: int, hi: int) -> tuple[int, int, int]:
@@ -167,11 +194,9 @@ def _area_part(k: Any, lo: int, hi: int) -> tuple[int, int, int]:
     import numpy as np
 
     step = min(AREA_BLOCK, hi - lo)
-    # Positions are summed SUM_BLOCK keys at a time in int32 (below 2**29: exact, and ~3x int64's speed)
-    narrow = k.dtype.itemsize <= 4
-    labels: Any = np.empty(step, dtype=np.int32 if narrow else np.int64)
-    sub = min(step, SUM_BLOCK) if narrow else step
-    positions = np.arange(sub, dtype=labels.dtype)
+    labels: Any = np.empty(step, dtype=np.int32 if k.dtype.itemsize <= 4 else np.int64)
+    positions = np.arange(ROW, dtype=np.int32) + (1 << ROW_SHIFT)
+    row_starts = np.arange(0, step, ROW, dtype=np.int64)
     # xor[j] = k[p] ^ k[p + 1] of the pair p = a - 1 + j around a block [a, a + m), j = 0 .. m + 1; pairs that leave
     # the part read 2 (different scores)
     xor = np.empty(step + 2, dtype=k.dtype)
@@ -183,11 +208,9 @@ def _area_part(k: Any, lo: int, hi: int) -> tuple[int, int, int]:
     for a in range(lo, hi, step):
         m = min(step, hi - a)
         np.bitwise_and(k[a : a + m], 1, out=labels[:m])
-        for s0 in range(0, m, sub):
-            s1 = min(s0 + sub, m)
-            count = int(np.count_nonzero(labels[s0:s1]))
-            total_positions += int(np.einsum("i,i->", labels[s0:s1], positions[: s1 - s0])) + (a - lo + s0) * count
-            c += count
+        count, block_positions = _position_sums(labels[:m], positions, row_starts)
+        total_positions += block_positions + (a - lo) * count
+        c += count
         p0, p1 = max(a - 1, lo), min(a + m + 1, hi - 1)  # the pairs inside the part: [p0, p1)
         j0, j1 = p0 - a + 1, p1 - a + 1
         xor[:j0] = 2
@@ -226,9 +249,9 @@ def _twice_area_of_keys_cpu(keys: Tensor, pos_before: int, all_before: int) -> i
     in fewer and cheaper passes, over parts of the keys on worker threads (:mod:`._threads`; integers: the same
     for any split).
 
-    The positions of the positives are summed as dot products (int32 over :data:`SUM_BLOCK` keys, then Python ints:
-    exact). Scores that have both classes are found in one pass (a negative key followed by its positive twin) and
-    their tie products taken off, with the extent of each longer run measured from its ends (:func:`_run_sizes`).
+    The positions of the positives are summed as dot products (:func:`_position_sums`, then Python ints: exact).
+    Scores that have both classes are found in one pass (a negative key followed by its positive twin) and their tie
+    products taken off, with the extent of each longer run measured from its ends (:func:`_run_sizes`).
     """
     k = keys.numpy()
     cuts = split_points(keys, parts_for(k.shape[0]))
