@@ -87,7 +87,7 @@ def test_position_sums_are_exact_for_full_rows(m: int, dtype: type, fill: str) -
     labels = np.ones(m, dtype=dtype) if fill == "ones" else np.random.default_rng(m).integers(0, 2, m).astype(dtype)
     positions = np.arange(_ranking.ROW, dtype=np.int32) + (1 << _ranking.ROW_SHIFT)
     row_starts = np.arange(0, m, _ranking.ROW, dtype=np.int64)
-    count, total = _ranking._position_sums(labels, positions, row_starts)
+    count, total = _ranking._position_sums(labels, positions, row_starts, np.arange(m, dtype=dtype))
     assert count == int(labels.sum())
     assert total == int(np.flatnonzero(labels).sum())
 

@@ -159,10 +159,10 @@ ROW = 1 << 10
 ROW_SHIFT = 20
 
 
-def _position_sums(labels: Any, positions: Any, row_starts: Any) -> tuple[int, int]:
+def _position_sums(labels: Any, positions: Any, row_starts: Any, ramp: Any) -> tuple[int, int]:
     """``(positives, sum of their positions)`` of a block of 0 / 1 ``labels``: int32 rows of :data:`ROW` against
     ``positions`` (``j + 2**ROW_SHIFT``, ``row_starts`` the rows' first positions), the rest (and int64 labels) one
-    plain dot product.
+    plain dot product with ``ramp`` (``0, 1, ...`` in the labels' dtype, at least as long as the block).
     """
     import numpy as np
 
@@ -176,9 +176,8 @@ def _position_sums(labels: Any, positions: Any, row_starts: Any) -> tuple[int, i
         total = int(np.bitwise_and(both, (1 << ROW_SHIFT) - 1).sum()) + int(np.dot(counts, row_starts[:rows]))
     rest = labels[rows * ROW :]
     if rest.shape[0]:
-        tail = int(np.count_nonzero(rest))
-        ramp = np.arange(rows * ROW, m, dtype=labels.dtype)  # int64 labels: positions below 2**17, sums below 2**34
-        count, total = count + tail, total + int(np.dot(rest, ramp))
+        tail = int(np.count_nonzero(rest))  # int64 labels: positions below 2**17, sums below 2**34
+        count, total = count + tail, total + int(np.dot(rest, ramp[rows * ROW : m]))
     return count, total
 
 
@@ -197,6 +196,7 @@ def _area_part(k: Any, lo: int, hi: int) -> tuple[int, int, int]:
     labels: Any = np.empty(step, dtype=np.int32 if k.dtype.itemsize <= 4 else np.int64)
     positions = np.arange(ROW, dtype=np.int32) + (1 << ROW_SHIFT)
     row_starts = np.arange(0, step, ROW, dtype=np.int64)
+    ramp = np.arange(step, dtype=labels.dtype)
     # xor[j] = k[p] ^ k[p + 1] of the pair p = a - 1 + j around a block [a, a + m), j = 0 .. m + 1; pairs that leave
     # the part read 2 (different scores)
     xor = np.empty(step + 2, dtype=k.dtype)
@@ -208,7 +208,7 @@ def _area_part(k: Any, lo: int, hi: int) -> tuple[int, int, int]:
     for a in range(lo, hi, step):
         m = min(step, hi - a)
         np.bitwise_and(k[a : a + m], 1, out=labels[:m])
-        count, block_positions = _position_sums(labels[:m], positions, row_starts)
+        count, block_positions = _position_sums(labels[:m], positions, row_starts, ramp)
         total_positions += block_positions + (a - lo) * count
         c += count
         p0, p1 = max(a - 1, lo), min(a + m + 1, hi - 1)  # the pairs inside the part: [p0, p1)

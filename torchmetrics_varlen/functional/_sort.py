@@ -266,7 +266,8 @@ def encode(preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor], 
     ``preds`` / ``target`` may be lists of pieces (stored batches, per-rank parts of a sync) of one dtype: they are
     encoded into one buffer without concatenating them first (small pieces are gathered a group of about
     :data:`CHUNK` samples at a time, see :func:`blocks`). Built chunk by chunk: the only allocation of size N is the
-    result. ``compact`` (default: :func:`fits_compact`) must only be ``True`` when every score fits.
+    result. ``compact`` must only be ``True`` when every score fits (default: tested block by block, see
+    :func:`_encode`).
     """
     return _encode(preds, target, compact)[0]
 
