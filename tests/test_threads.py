@@ -31,6 +31,10 @@ def _scores(kind: str, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         preds = torch.randint(0, 40, (n,), generator=gen) / 40
     elif kind == "one":  # a single score: nothing to split
         preds = torch.full((n,), 0.25)
+    elif kind == "half_run":  # the upper half's middle in a long run of one score: that part is sorted whole
+        preds = torch.rand(n, generator=gen) / 2
+        upper = torch.rand(n, generator=gen) < 0.5
+        preds[upper] = torch.where(torch.rand(int(upper.sum()), generator=gen) < 0.7, 0.75, 0.5 + preds[upper])
     else:  # logits: wide (int64) keys
         preds = torch.randn(n, generator=gen) * 3
     return preds, target
@@ -47,7 +51,7 @@ def _reference_sums(col: _sort.SortedKeys) -> tuple[int, float]:
     return area, ap
 
 
-@pytest.mark.parametrize("kind", ["rand", "coarse", "one", "logits"])
+@pytest.mark.parametrize("kind", ["rand", "coarse", "one", "half_run", "logits"])
 @pytest.mark.parametrize("num_threads", [1, 2, 3, 8])
 def test_parts_sort_and_sum_to_the_same_bits(
     kind: str, num_threads: int, threads: None, monkeypatch: pytest.MonkeyPatch
@@ -66,6 +70,16 @@ def test_parts_sort_and_sum_to_the_same_bits(
     assert np.array_equal(col.keys.numpy(), expected)
     sums = _ranking.rank_sums(col)
     assert (sums.twice_area, sums.ap_sum) == _reference_sums(col)  # integers, and the same float64 order
+
+
+def test_a_part_whose_middle_sits_in_a_long_run_is_not_split() -> None:
+    """NumPy's partition slows down 20x around a key that holds half of them; such parts are sorted whole."""
+    rng = np.random.default_rng(0)
+    distinct = rng.permutation(100_000).astype(np.int32)
+    assert not _sort._middle_run_is_long(distinct)
+    assert not _sort._middle_run_is_long(np.where(rng.random(100_000) < 0.01, 50_000, distinct).astype(np.int32))
+    assert _sort._middle_run_is_long(np.where(rng.random(100_000) < 0.1, 50_000, distinct).astype(np.int32))
+    assert _sort._middle_run_is_long(np.full(5, 7, dtype=np.int32))
 
 
 @pytest.mark.parametrize("seed", range(30))
