@@ -220,6 +220,52 @@ def test_a_rank_that_skips_compute_is_an_error_not_a_hang(pool: DistPool) -> Non
     assert texts[1] == "skipped compute"
 
 
+def case_local_failure(rank: int, world: int, failing: int, weighted: bool) -> list[str]:
+    """One rank's own part of the sharded compute raises (its sort of its rows); every rank must leave that compute
+    at once (the failing one with its error, the others quoting it), and the next epoch must be exact.
+    """
+    preds, target = _spread(600, seed=5)
+    part = rank_slice(600, world, rank, "uneven")
+    weight = torch.linspace(0.5, 2.0, 600)[part] if weighted else None
+    column = _sharded._WeightedColumn if weighted else _sharded._KeyColumn
+    original = column.__init__
+    out = []
+    for epoch in range(3):
+        metric = VarlenAUROC(compute_sharded=True, sync_timeout=5)
+        metric.update(preds[part].float(), target[part], sample_weight=weight)
+
+        def broken(self: Any, *args: Any, **kwargs: Any) -> None:
+            msg = f"injected on rank {rank}"
+            raise RuntimeError(msg)
+
+        if epoch == 1 and rank == failing:  # the failure is this rank's own: no peer can see it coming
+            column.__init__ = broken  # type: ignore[method-assign]
+        try:
+            out.append(f"value {metric.compute().item():.6f}")
+        except (RuntimeError, MetricSyncError) as err:
+            out.append(f"{type(err).__name__}: {err}")
+        finally:
+            column.__init__ = original  # type: ignore[method-assign]
+    return out
+
+
+@pytest.mark.parametrize(("world", "failing", "weighted"), [(2, 0, False), (3, 2, False), (2, 1, True)])
+def test_a_failure_in_one_ranks_part_of_a_sharded_compute_reaches_every_rank(
+    pool: DistPool, world: int, failing: int, weighted: bool
+) -> None:
+    outcomes = pool.values(case_local_failure, world, failing, weighted, timeout=60)
+    preds, target = _spread(600, seed=5)
+    weight = torch.linspace(0.5, 2.0, 600) if weighted else None
+    expected = f"value {f32(roc_auc_score(target, preds.float().double(), sample_weight=weight)):.6f}"
+    for rank, out in enumerate(outcomes):
+        assert out[0] == out[2] == expected, (rank, out)  # before and after: exact, the group still usable
+        if rank == failing:
+            assert out[1] == f"RuntimeError: injected on rank {failing}"
+        else:
+            assert out[1].startswith("MetricSyncError")
+            assert f"failed on rank {failing}: RuntimeError: injected on rank {failing}" in out[1]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

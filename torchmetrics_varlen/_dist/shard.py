@@ -21,6 +21,7 @@ check-in runs before, as for every sync.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,6 +29,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._dist import collectives
+from torchmetrics_varlen._dist.errors import MetricSyncError
 from torchmetrics_varlen._dist.guard import Ticket
 from torchmetrics_varlen._dist.transport import all_gather_fixed, wait
 
@@ -42,6 +44,7 @@ class Shard:
         self.device = device
         self.rank = ticket.layout.rank
         self.world = ticket.layout.world
+        self.problem = 0  # sample sorts so far (each names its failure notes)
 
     def all_gather(self, local: Tensor) -> Tensor:
         """``(W, *local.shape)``: every rank's ``local`` (same shape everywhere)."""
@@ -162,13 +165,35 @@ class Range:
         return self.matrix[:, at : at + self.world].sum(0).tolist()
 
 
-def sample_sort(shard: Shard, column: SortedColumn) -> Range:
-    """Move every rank's sorted rows of one problem to the rank that owns their score range (every rank calls)."""
+def sample_sort(shard: Shard, make_column: Callable[[], SortedColumn]) -> Range:
+    """Move every rank's sorted rows of one problem to the rank that owns their score range (every rank calls).
+
+    The column is made (this rank's sort, the step that can fail on the rank's own data) before the first
+    collective. If it fails, the rank leaves the error in the store and still joins that all-gather, with a count of
+    -1: every rank then leaves the sample sort at the same step, the failing one with its error, the others with a
+    :class:`MetricSyncError` quoting it, and no collective is left waiting (the group stays usable).
+    """
     world, rank = shard.world, shard.rank
     per_rank = _samples_per_rank(world)
-    n = column.rows
-    at = _sample_at(n, per_rank, column.device)
-    splitters = _splitters(shard.all_gather(_sample(n, column.samples(at), per_rank)), world)
+    key = f"shard-error/{shard.problem}"
+    shard.problem += 1
+    try:
+        column = make_column()
+        n = column.rows
+        at = _sample_at(n, per_rank, column.device)
+        local = _sample(n, column.samples(at), per_rank).to(shard.device)
+    except Exception as err:
+        shard.ticket.extra_keys.append(f"{key}/{rank}")
+        shard.ticket.set(f"{key}/{rank}", f"{type(err).__name__}: {err}")
+        shard.all_gather(torch.full((per_rank + 1,), -1.0, dtype=torch.float64, device=shard.device))
+        raise
+    gathered = shard.all_gather(local)
+    failed = [r for r in range(world) if float(gathered[r, 0]) < 0]
+    if failed:
+        notes = [f"{shard.ticket.layout.describe(r)}: {shard.ticket.get(f'{key}/{r}').decode()}" for r in failed]
+        msg = f"{shard.what}: the sharded computation failed on {'; '.join(notes)}"
+        raise MetricSyncError(msg)
+    splitters = _splitters(gathered, world)
     edges = column.edges(splitters)
     sent = [b - a for a, b in zip(edges[:-1], edges[1:], strict=True)]
     matrix = shard.all_gather(torch.tensor(sent + column.tallies(edges), dtype=torch.int64, device=shard.device))

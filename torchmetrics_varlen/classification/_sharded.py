@@ -131,7 +131,7 @@ def compute_sharded_weighted(metric: Host, checked: CheckedIn) -> list[WeightedR
 def _weighted_range_sums(shard: Shard, scores: Tensor, positives: Tensor, weight: Tensor) -> WeightedRankSums:
     """Global :class:`WeightedRankSums` of one weighted binary problem spread over the ranks (every rank calls)."""
     rank = shard.rank
-    mine_scores, mine_pos, mine_w = sample_sort(shard, _WeightedColumn(scores, positives, weight)).moved
+    mine_scores, mine_pos, mine_w = sample_sort(shard, lambda: _WeightedColumn(scores, positives, weight)).moved
     counts = weighted_counts(mine_scores, mine_pos.to(torch.bool), mine_w, with_scores=False)
     w_pos = float(counts.pos_le[-1]) if counts.pos_le.numel() else 0.0
     w_all = float(counts.all_le[-1]) if counts.all_le.numel() else 0.0
@@ -163,11 +163,11 @@ def sharded_sums(
     dtype = pieces[0].dtype
     rank = shard.rank
     if packable(dtype):
-        routed = sample_sort(shard, _KeyColumn(scores, labels, compact))
+        routed = sample_sort(shard, lambda: _KeyColumn(scores, labels, compact))
         # W sorted runs: a merge (NumPy's stable sort) on CPU.
         col: Column = SortedKeys(sort_keys_(routed.moved.pop(), runs=True), dtype, routed.per_range(0)[rank], compact)
     else:
-        routed = sample_sort(shard, _ScoreColumn(scores, labels))
+        routed = sample_sort(shard, lambda: _ScoreColumn(scores, labels))
         mine_scores, mine_labels = routed.moved
         routed.moved.clear()
         col = ascending_counts(mine_scores, mine_labels.to(torch.bool))
