@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -330,3 +331,39 @@ def test_the_common_ids_batch_gets_the_columns_expand_per_sample_gives() -> None
     got = _columns("binary", torch.rand(3), torch.ones(3), torch.arange(3), groups)
     assert torch.equal(got["groups"], groups["groups"])
     assert torch.equal(got["ids"], torch.arange(3))
+
+
+@pytest.mark.parametrize("validate_args", [True, False])
+@pytest.mark.parametrize(
+    ("task", "preds_shape", "target_shape"),
+    [
+        ("binary", (100,), (1,)),  # one label would broadcast
+        ("binary", (99,), (100,)),  # the extra label would be cut
+        ("binary", (100,), (99,)),
+        ("multiclass", (10, 3), (9,)),
+        ("multilabel", (10, 3), (10, 2)),
+    ],
+)
+def test_mismatched_sizes_are_refused_even_without_validation(
+    task: str, preds_shape: tuple[int, ...], target_shape: tuple[int, ...], validate_args: bool
+) -> None:
+    from torchmetrics_varlen import VarlenAUROC
+    from torchmetrics_varlen.functional import auroc
+
+    kwargs: dict[str, Any] = {"task": task, "num_classes": 3, "num_labels": 3 if task == "multilabel" else None}
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    preds = torch.rand(preds_shape)
+    target = torch.randint(0, 2, target_shape)
+    with pytest.raises(ValueError, match="same samples|Expected `target` of shape|Expected `preds` and `target`"):
+        auroc(preds, target, validate_args=validate_args, **kwargs)
+    metric = VarlenAUROC(validate_args=validate_args, **kwargs)
+    good_preds = torch.rand(8, 3) if task != "binary" else torch.rand(8)
+    good_target = torch.tensor([[0, 1, 1], [1, 0, 0]] * 4) if task == "multilabel" else torch.tensor([0, 1, 2, 1] * 2)
+    if task == "binary":
+        good_target = good_target.clamp(max=1)
+    metric.update(good_preds, good_target)
+    before = metric.compute()
+    with pytest.raises(ValueError, match="same samples|Expected `target` of shape|Expected `preds` and `target`"):
+        metric.update(preds, target)
+    metric._computed = None  # read the states again, not the cached value
+    assert torch.equal(metric.compute(), before)  # nothing of the refused batch was stored

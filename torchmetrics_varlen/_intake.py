@@ -30,7 +30,7 @@ from torchmetrics_varlen._ledger import Ledger
 from torchmetrics_varlen._states import list_rows
 from torchmetrics_varlen.functional._count import binned_confmat, count_into
 from torchmetrics_varlen.functional._hist import histogram
-from torchmetrics_varlen.functional._tasks import Split, format_inputs
+from torchmetrics_varlen.functional._tasks import Split, check_sizes, format_inputs
 from torchmetrics_varlen.functional._weighted import _split as weighted_columns
 from torchmetrics_varlen.functional._weighted import check_sample_weight
 
@@ -154,6 +154,8 @@ def check_batch(
     """
     m = metric
     in_unit = None
+    if not m.validate_args and isinstance(preds, Tensor) and isinstance(target, Tensor):
+        check_sizes(preds, target, m.task)  # before anything is counted: the batch is refused whole
     if m.validate_args:
         in_unit = check_inputs(preds, target, m.task, m.num_classes, m.num_labels, m.ignore_index, m.normalization)
         if sample_ids is not None or extras:

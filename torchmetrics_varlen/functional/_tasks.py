@@ -57,6 +57,23 @@ def _classes_last(x: Tensor) -> Tensor:
     return x.movedim(1, -1).reshape(-1, x.shape[1])
 
 
+def check_sizes(preds: Tensor, target: Tensor, task: str) -> None:
+    """Raise unless ``preds`` has one score per label (one row of scores per label, multiclass), even with
+    ``validate_args=False``: a batch of mismatched sizes would otherwise be stored and spoil the epoch's value (its
+    labels broadcast or cut), or fail only at ``compute()``. Two integer products, whatever the batch size.
+    """
+    scores = preds.numel()
+    if task == "multiclass" and preds.ndim >= 2:
+        scores //= max(preds.shape[1], 1)
+    if scores != target.numel():
+        msg = (
+            f"Expected `preds` and `target` to describe the same samples, but got preds of shape"
+            f" {tuple(preds.shape)} and target of shape {tuple(target.shape)} (task={task!r}). This is checked even"
+            " with validate_args=False; nothing of the batch was added."
+        )
+        raise ValueError(msg)
+
+
 def format_inputs(
     preds: Tensor,
     target: Tensor,
@@ -79,6 +96,7 @@ def format_inputs(
     ``uint8`` are returned as they are, not as bool, for a caller that takes any non-zero label as a positive itself
     (the sort keys do, on CPU: no bool copy of the labels).
     """
+    check_sizes(preds, target, task)
     if in_unit is not None and ignore_index is not None:
         in_unit = None  # known for the whole batch; the test below is on the kept scores
     if task == "multilabel":
