@@ -169,3 +169,41 @@ def test_pieces_tested_while_encoding_start_over_wide_at_a_score_outside(bad_at:
     whole, whole_labels = torch.cat(pieces), torch.cat(labels)
     assert torch.equal(keys, _sort.encode(whole, whole_labels, compact))
     assert n_pos == int(whole_labels.sum())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("normalization", ["sigmoid", None])
+def test_nan_scores_rank_above_every_score_whatever_their_sign(
+    dtype: torch.dtype, normalization: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With validate_args=False a NaN score is not refused. Every NaN is one score above +inf, where torch.sort (and
+    so torchmetrics) ranks NaN, whatever its sign and payload: torch's sigmoid of NaN sets the sign bit, and in
+    bfloat16 its payload changes with the batch's length. Checked on one thread and in parts, batched and whole.
+    """
+    from torchmetrics_varlen import VarlenAUROC
+    from torchmetrics_varlen.functional import _threads
+
+    gen = torch.Generator().manual_seed(11)
+    n = 4001
+    target = torch.rand(n, generator=gen) < 0.4
+    preds = (torch.rand(n, generator=gen) * 4 - 2).to(dtype)  # outside [0, 1]: the sigmoid applies
+    preds[torch.rand(n, generator=gen) < 0.05] = float("nan")
+    preds[:3] = -float("nan")
+    shown = preds.sigmoid() if normalization is not None else preds
+    finite = shown.double()  # every NaN one score above the others, whatever its sign and payload
+    reference = torch.where(finite.isnan(), finite.nan_to_num(0.0).max() + 1, finite)
+    expected = f32(roc_auc_score(target, reference))
+    for parts in (False, True):
+        if parts:
+            monkeypatch.setattr(_threads, "PART_MIN", 500)
+            monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+        value = auroc(preds, target, validate_args=False, normalization=normalization)
+        assert float(value) == pytest.approx(expected, abs=1e-6)
+        metric = VarlenAUROC(validate_args=False, normalization=normalization)
+        for piece, label in zip(preds.split(700), target.split(700), strict=True):
+            metric.update(piece, label)
+        assert torch.equal(metric.compute(), value)
+        if dtype != torch.float32:  # the 16-bit mode counts the same rounded scores
+            binned = VarlenAUROC(thresholds=dtype, validate_args=False, normalization=normalization)
+            binned.update(preds, target)
+            assert torch.equal(binned.compute(), value)

@@ -22,10 +22,19 @@ _INT32_BINS = (1 << 31) - 1  # the largest state whose flat bins an int32 index 
 _UINT16 = getattr(torch, "uint16", None)
 
 
-def bins_of(bits: Tensor) -> Tensor:
-    """The sorted bin (0 .. 65535, increasing with the value) of raw 16-bit patterns given as int32 in 0 .. 65535."""
+# Sorted bins below this are NaNs with the sign bit set (2**mantissa bits: -inf's bin), bins above 65,536 minus this
+# NaNs without it: every NaN counts in the last bin, above +inf, as the sort keys rank it (``_sort._NAN_BELOW``).
+_NAN_BELOW = {torch.float16: 1 << 10, torch.bfloat16: 1 << 7}
+
+
+def bins_of(bits: Tensor, dtype: torch.dtype) -> Tensor:
+    """The sorted bin (0 .. 65535, increasing with the value) of raw 16-bit patterns of ``dtype`` given as int32 in
+    0 .. 65535; every NaN, whatever its sign and payload, in the last bin.
+    """
     signed = torch.where(bits >= _HALF, bits - BINS, bits)
-    return signed.abs() + (signed >= 0).to(bits.dtype) * _HALF
+    bins = signed.abs() + (signed >= 0).to(bits.dtype) * _HALF
+    nan_below = _NAN_BELOW[dtype]
+    return bins.masked_fill_((bins < nan_below) | (bins > BINS - nan_below), BINS - 1)
 
 
 def values_of(bins: Tensor, dtype: torch.dtype) -> Tensor:
@@ -118,14 +127,16 @@ def _add_ones(flat: Tensor, index: Tensor) -> None:
     flat.index_add_(0, index, torch.ones((), dtype=torch.int64, device=flat.device).expand(index.numel()))
 
 
-_ORDER: dict[torch.device, Tensor] = {}
+_ORDER: dict[tuple[torch.device, torch.dtype], Tensor] = {}
 
 
-def _value_order(device: torch.device) -> Tensor:
-    """:func:`bins_of` of every raw pattern, made once per device (six 65,536-entry passes per compute otherwise)."""
-    order = _ORDER.get(device)
+def _value_order(device: torch.device, dtype: torch.dtype) -> Tensor:
+    """:func:`bins_of` of every raw pattern, made once per device and dtype (six 65,536-entry passes per compute
+    otherwise).
+    """
+    order = _ORDER.get((device, dtype))
     if order is None:
-        order = _ORDER[device] = bins_of(torch.arange(BINS, dtype=torch.int64, device=device))
+        order = _ORDER[device, dtype] = bins_of(torch.arange(BINS, dtype=torch.int64, device=device), dtype)
     return order
 
 
@@ -135,7 +146,7 @@ def counts_from_histogram(hist: Tensor, dtype: torch.dtype, with_scores: bool = 
     The raw-pattern histogram is first put in value order (``-0.0`` joins ``+0.0``). A weighted (float64)
     histogram gives float64 sums of weights, as :func:`~torchmetrics_varlen.functional._weighted.weighted_counts`.
     """
-    ordered = torch.zeros_like(hist).index_add_(1, _value_order(hist.device), hist)
+    ordered = torch.zeros_like(hist).index_add_(1, _value_order(hist.device, dtype), hist)
     total = ordered[0] + ordered[1]
     nonempty = torch.nonzero(total).flatten()
     pos_le = torch.cumsum(ordered[1], 0)[nonempty]

@@ -32,6 +32,11 @@ _KEYS = {
 }
 
 _NUMPY_INT = {torch.int16: "int16", torch.int32: "int32", torch.int64: "int64"}
+# Wide keys below this are NaNs with the sign bit set (2**mantissa bits: -inf's key), keys above 2**bits minus this
+# NaNs without it. Every NaN takes the highest key, 2**bits - 1: above +inf, where torch.sort (and so torchmetrics)
+# ranks NaN, and one score whatever its sign and payload (torch's sigmoid of NaN sets the sign bit, and its payload
+# changes with how the batch is vectorised). Only reachable with validate_args=False.
+_NAN_BELOW = {torch.float32: 1 << 23, torch.float16: 1 << 10, torch.bfloat16: 1 << 7}
 
 # Samples per chunk when streaming (a chunk grows to the end of the run of equal scores it stops in). The chunking
 # is a function of the sorted multiset only, so streamed sums are reproducible bit for bit.
@@ -141,7 +146,7 @@ def fits_compact(preds: Tensor | Sequence[Tensor]) -> bool:
     return all(within(block, 0, 2, closed=False) for block, _ in blocks(preds))
 
 
-def _encode_cpu(out: Tensor, bits: Tensor, label: Tensor, compact: bool) -> int:
+def _encode_cpu(out: Tensor, bits: Tensor, label: Tensor, compact: bool, nan_below: int | None = None) -> int:
     """Keys of one block into ``out`` with NumPy (bool or 0 / 1 ``uint8`` labels or-ed in as they are, any other
     dtype's non-zero values made positives chunk by chunk: no converted copy of the labels), in parts on worker
     threads when the block is big (:mod:`._threads`): no torch operation per chunk, so no OpenMP team to wake (and
@@ -150,7 +155,8 @@ def _encode_cpu(out: Tensor, bits: Tensor, label: Tensor, compact: bool) -> int:
     Compact keys are ``bits << 1 | label``: the shift drops the sign bit (so -0.0 lands on +0.0's key) and makes room
     for the label; the rest of a non-negative float's bits increase with it. Wide keys first map the sign-magnitude
     bits to an increasing integer: ``|b|`` for negative floats (and -0.0, which lands on the key of +0.0),
-    ``|b| + 2**(bits - 1)`` for positive ones.
+    ``|b| + 2**(bits - 1)`` for positive ones; then, when the block has a NaN (``nan_below`` given), every NaN takes
+    the highest key (:data:`_NAN_BELOW`).
     """
     import numpy as np
 
@@ -177,6 +183,8 @@ def _encode_cpu(out: Tensor, bits: Tensor, label: Tensor, compact: bool) -> int:
                 np.greater_equal(w, 0, out=m)
                 np.abs(w, out=w)
                 np.add(w, half, out=w, where=m)
+                if nan_below is not None:
+                    np.copyto(w, 2 * half - 1, where=(w < nan_below) | (w > 2 * half - nan_below))
                 np.left_shift(w, 1, out=keys[a:b])
             label_bits = np.not_equal(labels[a:b], 0, out=positive[: b - a]) if flags else labels[a:b]
             np.bitwise_or(keys[a:b], label_bits, out=keys[a:b], casting="unsafe")
@@ -226,7 +234,10 @@ def _encode(
             del keys
             return _encode(pieces, target, False)
         if keys.is_cpu and scores.is_cpu and label.is_cpu:
-            n_pos += _encode_cpu(keys[offset : offset + scores.numel()], scores.view(as_int), label, packed)
+            # one reduction tells whether the block has a NaN (max propagates it): only wide keys can
+            nan = not packed and scores.numel() > 0 and bool(torch.isnan(scores.max()))
+            nan_below = _NAN_BELOW[pieces[0].dtype] if nan else None
+            n_pos += _encode_cpu(keys[offset : offset + scores.numel()], scores.view(as_int), label, packed, nan_below)
             offset += scores.numel()
             continue
         n_pos += int(torch.count_nonzero(label))  # a bool sum would copy to int64
@@ -252,6 +263,8 @@ def _encode(
             # the key of +0.0), |b| + 2^(bits-1) for positive ones. Then shift the label into bit 0.
             key.abs_()
             key.add_(nonneg.to(wide), alpha=half)
+            nan_below = _NAN_BELOW[pieces[0].dtype]
+            key.masked_fill_((key < nan_below) | (key > 2 * half - nan_below), 2 * half - 1)  # every NaN: one top key
             key.bitwise_left_shift_(1)
             positive = label[a:b] if label.dtype in (torch.bool, torch.uint8) else label[a:b] != 0
             key.bitwise_or_(positive.to(device=keys.device, dtype=wide))
