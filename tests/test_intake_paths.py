@@ -342,6 +342,8 @@ def test_the_common_ids_batch_gets_the_columns_expand_per_sample_gives() -> None
         ("binary", (100,), (99,)),
         ("multiclass", (10, 3), (9,)),
         ("multilabel", (10, 3), (10, 2)),
+        ("multilabel", (10, 3), (3, 10)),  # the same count, transposed: stored, every compute() would fail
+        ("multiclass", (10,), (10,)),  # no class dimension
     ],
 )
 def test_mismatched_sizes_are_refused_even_without_validation(
@@ -354,7 +356,10 @@ def test_mismatched_sizes_are_refused_even_without_validation(
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     preds = torch.rand(preds_shape)
     target = torch.randint(0, 2, target_shape)
-    with pytest.raises(ValueError, match="same samples|Expected `target` of shape|Expected `preds` and `target`"):
+    with pytest.raises(
+        ValueError,
+        match="same samples|Expected `target` of shape|Expected `preds` and `target`|Expected `preds` of shape",
+    ):
         auroc(preds, target, validate_args=validate_args, **kwargs)
     metric = VarlenAUROC(validate_args=validate_args, **kwargs)
     good_preds = torch.rand(8, 3) if task != "binary" else torch.rand(8)
@@ -363,7 +368,10 @@ def test_mismatched_sizes_are_refused_even_without_validation(
         good_target = good_target.clamp(max=1)
     metric.update(good_preds, good_target)
     before = metric.compute()
-    with pytest.raises(ValueError, match="same samples|Expected `target` of shape|Expected `preds` and `target`"):
+    with pytest.raises(
+        ValueError,
+        match="same samples|Expected `target` of shape|Expected `preds` and `target`|Expected `preds` of shape",
+    ):
         metric.update(preds, target)
     metric._computed = None  # read the states again, not the cached value
     assert torch.equal(metric.compute(), before)  # nothing of the refused batch was stored

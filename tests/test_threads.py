@@ -80,6 +80,11 @@ def test_a_part_whose_middle_sits_in_a_long_run_is_not_split() -> None:
     assert not _sort._middle_run_is_long(np.where(rng.random(100_000) < 0.01, 50_000, distinct).astype(np.int32))
     assert _sort._middle_run_is_long(np.where(rng.random(100_000) < 0.1, 50_000, distinct).astype(np.int32))
     assert _sort._middle_run_is_long(np.full(5, 7, dtype=np.int32))
+    # two tied blocks around a thin band of distinct keys: the middle is not in a run, but runs hold most keys
+    middle = rng.random(100_000) < 0.005
+    band = np.where(rng.random(100_000) < 0.5, 0, 200_000).astype(np.int32)
+    band[middle] = 100_000 + np.arange(int(middle.sum()), dtype=np.int32)
+    assert _sort._middle_run_is_long(band)
 
 
 @pytest.mark.parametrize("seed", range(30))

@@ -65,7 +65,9 @@ def check_sizes(preds: Tensor, target: Tensor, task: str) -> None:
     scores = preds.numel()
     if task == "multiclass" and preds.ndim >= 2:
         scores //= max(preds.shape[1], 1)
-    if scores != target.numel():
+    # multiclass scores need a class dimension; multilabel rows are stored as they come, so the shapes must match
+    wrong = (task == "multiclass" and preds.ndim < 2) or (task == "multilabel" and preds.shape != target.shape)
+    if wrong or scores != target.numel():
         msg = (
             f"Expected `preds` and `target` to describe the same samples, but got preds of shape"
             f" {tuple(preds.shape)} and target of shape {tuple(target.shape)} (task={task!r}). This is checked even"
