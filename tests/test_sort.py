@@ -152,6 +152,7 @@ def test_any_nonzero_label_is_a_positive_in_the_keys(
     if label_dtype != torch.float32:  # the functional API takes integer / bool targets
         value = auroc(preds, labels, validate_args=False, normalization=None)
         assert torch.equal(value, auroc(preds, flags, normalization=None))
+        assert float(value) == pytest.approx(f32(roc_auc_score(flags, preds.double())), abs=1e-6)
 
 
 @pytest.mark.parametrize("bad_at", [None, 0, 3, 150])
