@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 FAN_IN = 64  # pieces merged at a time (torch.cat costs ~0.2 us per piece; its fixed cost is amortised over 64)
-MAX_ELEMENTS = 1 << 20  # elements of the scores a merged piece may hold (bigger batches need no merging)
+MAX_ELEMENTS = 1 << 17  # scores a merged piece may hold: merging pays while pieces average under 2,048 scores
 _KEY = "_varlen_pieces"  # (pieces appended since the count started, length of the row states after the last one)
 _NONE = (0, -1)
 
