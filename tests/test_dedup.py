@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
+import numpy as np
 import pytest
 import torch
 from _data import scores_and_labels
@@ -136,3 +140,73 @@ def test_binned_mode_with_dataset_size() -> None:
 def test_bad_dataset_size(dataset_size: object) -> None:
     with pytest.raises(ValueError, match="Expected argument `dataset_size` to be a non-negative int"):
         VarlenAUROC(dataset_size=dataset_size)  # type: ignore[arg-type]
+
+
+def _reference_keep(ids: list[int], sub: list[int], scores: list[list[float]] | None) -> list[int]:
+    """dedup_by_id's contract in plain Python: rows ordered by (id, sub, scores by value with -0.0 first, input
+    position), the first row of each (id, sub) kept.
+    """
+    def by_value(v: float) -> tuple[float, float]:
+        return v, math.copysign(1.0, v)
+
+    def order_key(i: int) -> tuple[Any, ...]:
+        return (ids[i], sub[i], *(by_value(v) for v in (scores[i] if scores else [])), i)
+
+    keep, seen = [], set()
+    for i in sorted(range(len(ids)), key=order_key):
+        if (ids[i], sub[i]) not in seen:
+            seen.add((ids[i], sub[i]))
+            keep.append(i)
+    return keep
+
+
+def _id_layout(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    if kind == "ascending":
+        return np.arange(n) * 3 + 5
+    if kind == "rank_runs":  # a gather of W ranks, each in id order (shuffle=False), padding repeated at the end
+        world = 4
+        return np.concatenate([np.arange(r, n + 2, world) for r in range(world)])[:n]
+    if kind == "many_runs":  # 100 ascending runs: more than a merge of runs is worth
+        return np.concatenate([np.arange(r, n, 100) for r in range(100)])[:n]
+    if kind == "permutation":  # a shuffled epoch: distinct ids spanning about n values
+        return rng.permutation(n) + 7
+    if kind == "padded_permutation":
+        return np.concatenate([rng.permutation(n - 3), np.arange(3)])
+    if kind == "repeats":  # every id about twice (one data set evaluated twice)
+        return rng.integers(0, n // 2 + 1, n)
+    if kind == "sparse":  # hashed ids: span far above n
+        return rng.integers(0, 10**15, n)
+    return rng.integers(2**61, 2**61 + n // 2 + 1, n)  # "wide": ids * sub width would overflow int64
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["ascending", "rank_runs", "many_runs", "permutation", "padded_permutation", "repeats", "sparse", "wide"],
+)
+@pytest.mark.parametrize("width", [1, 3])
+@pytest.mark.parametrize("route", ["auto", "torch_sort", "merge_runs", "slots"])
+def test_id_dedup_keeps_the_rows_the_contract_names_by_every_route(
+    kind: str, width: int, route: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every way the stable order of the keys is found (no sort when ascending, a merge of ascending runs, a scatter
+    of distinct keys into slots, torch's stable sort) keeps the same rows in the same order as the contract, with
+    copies ordered by their scores (ties with -0.0, equal copies) and samples of several elements (``sub``).
+    """
+    from torchmetrics_varlen import _dedup
+
+    if route != "auto":
+        monkeypatch.setattr(_dedup, "_FEW_RUNS", 10**9 if route == "merge_runs" else 0)
+        monkeypatch.setattr(_dedup, "_SLOT_SPAN", 10**9 if route == "slots" else 0)
+    rng = np.random.default_rng(len(kind) * 10 + width)
+    rows = 1_500
+    ids = np.repeat(_id_layout(kind, rows, rng), width)
+    sub = np.tile(np.arange(width), rows)
+    scores = rng.integers(0, 3, (rows * width, 2)).astype(np.float64) - 1.0
+    scores[rng.random(rows * width) < 0.2, 0] = -0.0
+    target = torch.from_numpy(ids % 2).reshape(-1, 1)  # copies agree
+    args = (torch.from_numpy(ids), torch.from_numpy(sub.astype(np.int32)), target)
+    expected = _reference_keep(ids.tolist(), sub.tolist(), scores.tolist())
+    assert _dedup.dedup_by_id(*args, torch.from_numpy(scores)).tolist() == expected
+    assert _dedup.dedup_by_id(*args).tolist() == _reference_keep(ids.tolist(), sub.tolist(), None)
+    order = _dedup.dedup_order(*args, torch.from_numpy(scores))
+    assert (order is None) == (expected == list(range(len(expected))) and len(expected) == ids.shape[0])

@@ -131,19 +131,44 @@ def dedup_by_id(ids: Tensor, sub: Tensor, target: Tensor, scores: Tensor | None 
         >>> dedup_by_id(tensor([5, 3, 5, 9]), tensor([0, 0, 0, 0]), tensor([1, 0, 1, 0]), tensor([0.7, 0.1, 0.6, 0.2]))
         tensor([1, 2, 3])
     """
-    if ids.numel() == 0:
+    order = dedup_order(ids, sub, target, scores)
+    return torch.arange(ids.numel(), device=ids.device) if order is None else order
+
+
+def dedup_order(ids: Tensor, sub: Tensor, target: Tensor, scores: Tensor | None = None) -> Tensor | None:
+    """:func:`dedup_by_id`, or ``None`` when its answer is every row in input order (each key once, already
+    ascending: the common single-process epoch), so that the caller can skip the gathers.
+    """
+    n = ids.numel()
+    if n == 0:
         return torch.zeros(0, dtype=torch.int64, device=ids.device)
-    order = torch.sort(sub, stable=True).indices
-    order = order[torch.sort(ids[order], stable=True).indices]
+    key = _combined_key(ids, sub)
+    if key is None:  # keys too wide to combine: sort by sub, then (stably) by id
+        order = torch.sort(sub, stable=True).indices
+        order = order[torch.sort(ids[order], stable=True).indices]
+    else:
+        order = _stable_order(key)
+        if order is None:
+            return None
+        sorted_key = key[order]
+        if n == 1 or bool((sorted_key[1:] != sorted_key[:-1]).all()):
+            return order  # no copies: nothing to choose, no targets to compare
     sorted_ids, sorted_sub = ids[order], sub[order]
     first = torch.ones_like(sorted_ids, dtype=torch.bool)
     first[1:] = (sorted_ids[1:] != sorted_ids[:-1]) | (sorted_sub[1:] != sorted_sub[:-1])
     if scores is not None and scores.shape[0] == ids.shape[0] and not bool(first.all()):
-        # Copies exist: order by (id, sub, scores...) so that the smallest copy of each key comes first.
-        order = torch.arange(ids.shape[0], device=ids.device)
-        for column in [*reversed(_order_keys(scores.to(ids.device))), sub, ids]:
-            order = order[torch.sort(column[order], stable=True).indices]
-        sorted_ids, sorted_sub = ids[order], sub[order]
+        # Copies exist: order them by (id, sub, scores...) so that the smallest copy of each key comes first. Only
+        # the rows of repeated keys move, among themselves: their keys' positions stay, and within a key they start
+        # in input order, so stable sorts by the scores give what sorting every row by (key, scores) gives.
+        repeated = ~first
+        repeated[:-1] |= ~first[1:]
+        at = torch.nonzero(repeated).flatten()
+        rows = order[at]
+        moved = torch.arange(rows.numel(), device=ids.device)
+        for column in [*reversed(_order_keys(scores[rows.to(scores.device)].to(ids.device))), sub[rows], ids[rows]]:
+            moved = moved[torch.sort(column[moved], stable=True).indices]
+        order = order.clone()
+        order[at] = rows[moved]
     # Index of the first copy of each element's key: a running max over the positions where a key starts.
     starts = torch.where(first, torch.arange(first.numel(), device=ids.device), torch.zeros_like(sorted_ids))
     group_start = torch.cummax(starts, dim=0).values
@@ -159,3 +184,56 @@ def dedup_by_id(ids: Tensor, sub: Tensor, target: Tensor, scores: Tensor | None 
         )
         raise ValueError(msg)
     return order[first]
+
+
+_FEW_RUNS = 64  # descents below which a stable merge of the ascending runs beats torch's sort (W ranks' epochs)
+_SLOT_SPAN = 4  # key span per key up to which distinct keys are placed by a scatter instead of sorted
+
+
+def _combined_key(ids: Tensor, sub: Tensor) -> Tensor | None:
+    """One int64 key per row that orders the rows as ``(id, sub)`` lexicographically: ``ids`` itself when every
+    ``sub`` is 0 (one-element samples), else ``ids * S + sub`` with ``S`` above every ``sub``; ``None`` if that could
+    overflow (or a ``sub`` is negative).
+    """
+    low, high = (int(v) for v in torch.aminmax(sub))
+    if low < 0:
+        return None
+    if high == 0:
+        return ids.long()
+    width = high + 1
+    ends = [abs(int(v)) for v in torch.aminmax(ids)]
+    if (max(ends) + 1) * width >= 1 << 62:
+        return None
+    return ids.long() * width + sub
+
+
+def _stable_order(key: Tensor) -> Tensor | None:
+    """The permutation a stable ascending sort of ``key`` gives; ``None`` when ``key`` is strictly increasing (the
+    identity, and every key distinct).
+
+    On CPU the order is found without a comparison sort where the keys allow it: a few ascending runs (the ranks'
+    gathered epochs, each in id order) are merged by NumPy's stable sort (a merge sort of runs); distinct keys
+    spanning at most :data:`_SLOT_SPAN` values per key are placed by one scatter into a table of the span (repeated
+    keys leave fewer rows placed than there are keys: then the sort). Otherwise ``torch.sort(stable=True)``. A
+    stable sort's permutation is unique, so every route gives the same one.
+    """
+    n = key.numel()
+    if n < 2:
+        return None
+    if not key.is_cpu:
+        return None if not bool((key[1:] <= key[:-1]).any()) else torch.sort(key, stable=True).indices
+    import numpy as np
+
+    a = key.numpy()
+    if not np.any(a[1:] <= a[:-1]):
+        return None
+    if np.count_nonzero(a[1:] < a[:-1]) < _FEW_RUNS:
+        return torch.from_numpy(np.argsort(a, kind="stable"))
+    low, high = int(a.min()), int(a.max())
+    if high - low < _SLOT_SPAN * n:
+        slot = np.full(high - low + 1, -1, dtype=np.int64)
+        slot[a - low] = np.arange(n, dtype=np.int64)
+        placed = slot[slot >= 0]
+        if placed.shape[0] == n:
+            return torch.from_numpy(placed)
+    return torch.sort(key, stable=True).indices
