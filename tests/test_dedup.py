@@ -166,7 +166,7 @@ def _id_layout(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
     if kind == "rank_runs":  # a gather of W ranks, each in id order (shuffle=False), padding repeated at the end
         world = 4
         return np.concatenate([np.arange(r, n + 2, world) for r in range(world)])[:n]
-    if kind == "many_runs":  # 100 ascending runs: more than a merge of runs is worth
+    if kind == "many_runs":  # 100 ascending runs (a gather of 100 ranks)
         return np.concatenate([np.arange(r, n, 100) for r in range(100)])[:n]
     if kind == "permutation":  # a shuffled epoch: distinct ids spanning about n values
         return rng.permutation(n) + 7

@@ -186,7 +186,7 @@ def dedup_order(ids: Tensor, sub: Tensor, target: Tensor, scores: Tensor | None 
     return order[first]
 
 
-_FEW_RUNS = 64  # descents below which a stable merge of the ascending runs beats torch's sort (W ranks' epochs)
+_FEW_RUNS = 4096  # descents below which NumPy's stable merge of the ascending runs beats torch's sort (W ranks)
 _SLOT_SPAN = 4  # key span per key up to which distinct keys are placed by a scatter instead of sorted
 
 
