@@ -73,3 +73,63 @@ def test_id_dedup_rejects_a_conflicting_copy(ids: list[int], flip: int) -> None:
     target[k] = 1 - target[k]
     with pytest.raises(ValueError, match=f"Sample id {ids[k]} was seen twice with different targets"):
         dedup_by_id(torch.tensor(ids), torch.zeros(len(ids), dtype=torch.int32), target)
+
+
+def _plain_keep(ids: list[int], sub: list[int], scores: list[float]) -> list[int]:
+    """The contract in plain Python: rows by (id, sub, score with -0.0 first, input position); one per (id, sub)."""
+    import math
+
+    rows = sorted(range(len(ids)), key=lambda i: (ids[i], sub[i], scores[i], math.copysign(1.0, scores[i]), i))
+    keep, seen = [], set()
+    for i in rows:
+        if (ids[i], sub[i]) not in seen:
+            seen.add((ids[i], sub[i]))
+            keep.append(i)
+    return keep
+
+
+@st.composite
+def _id_layouts(draw: st.DrawFn) -> tuple[list[int], list[int]]:
+    """Ids as they reach the dedup: W ranks' runs (ascending, or shuffled), padding repeated, the same data fed
+    twice, sparse or huge ids; with one or several elements per sample (``sub``).
+    """
+    n = draw(st.integers(1, 300))
+    world = draw(st.integers(1, 9))
+    base = draw(st.sampled_from([0, 7, 10**12, 2**61]))
+    stride = draw(st.sampled_from([1, 1, 3, 10**6]))
+    seed = draw(st.integers(0, 2**16))
+    gen = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(n, generator=gen).tolist() if draw(st.booleans()) else list(range(n))
+    shards = _sampler_shards(n, world, perm)
+    if draw(st.booleans()):
+        shards = [sorted(s) for s in shards]  # each rank's epoch in id order
+    ids = [base + stride * i for r in torch.randperm(world, generator=gen).tolist() for i in shards[r]]
+    if draw(st.booleans()):  # the same samples evaluated again
+        ids += ids[: draw(st.integers(0, len(ids)))]
+    width = draw(st.integers(1, 3))
+    return [i for i in ids for _ in range(width)], [j for _ in ids for j in range(width)]
+
+
+@SETTINGS
+@given(layout=_id_layouts(), seed=st.integers(0, 2**16))
+def test_id_dedup_keeps_what_the_contract_names_for_any_id_layout(
+    layout: tuple[list[int], list[int]], seed: int
+) -> None:
+    """Whatever the ids look like (and so whichever way their order is found), the kept rows and their order are
+    the contract's: the smallest copy of each (id, element), ordered by key.
+    """
+    from torchmetrics_varlen._dedup import dedup_order
+
+    ids, sub = layout
+    gen = torch.Generator().manual_seed(seed)
+    scores = (torch.randint(-1, 2, (len(ids),), generator=gen).double() * 0.5).tolist()
+    scores = [-0.0 if s == 0 and k % 3 == 0 else s for k, s in enumerate(scores)]
+    target = torch.tensor([(i + j) % 2 for i, j in zip(ids, sub, strict=True)]).reshape(-1, 1)
+    args = (torch.tensor(ids), torch.tensor(sub, dtype=torch.int32), target, torch.tensor(scores).reshape(-1, 1))
+    expected = _plain_keep(ids, sub, scores)
+    assert dedup_by_id(*args).tolist() == expected
+    order = dedup_order(*args)
+    if order is None:
+        assert expected == list(range(len(ids)))
+    else:
+        assert order.tolist() == expected
