@@ -210,3 +210,45 @@ def test_histogram_mode_with_sampler_padding(pool: DistPool, world: int) -> None
         expected += [roc_auc_score(target, rounded), average_precision_score(target, rounded)]
     for got in pool.values(case_histogram, world, 101):
         assert got == pytest.approx(f32(expected), abs=1e-12)
+
+
+def case_weighted_copies(rank: int, world: int, order: int, path: str) -> list[float]:
+    """Ids 0..39, each fed once with weight 1; ids 3, 8, 13 ... also fed again with the same score and target but
+    weight 5, on another rank, before or after the first copy (``order``)."""
+    kwargs = {"compute_on_rank": 0} if path == "on_rank" else {"compute_sharded": True} if path == "sharded" else {}
+    metrics = [cls(sync_timeout=20, **kwargs) for cls in (VarlenAUROC, VarlenAveragePrecision)]
+    gen = torch.Generator().manual_seed(3)
+    preds = (torch.randint(0, 8, (40,), generator=gen) / 8).float()
+    target = torch.randint(0, 2, (40,), generator=gen)
+    mine = torch.arange(rank, 40, world)
+    twins = torch.arange(3, 40, 5)
+    twins = twins[(twins + 1) % world == rank]  # a copy on the next rank (the same rank when W = 1)
+    feeds = [(mine, torch.ones(mine.numel())), (twins, torch.full((twins.numel(),), 5.0))]
+    for ids, weight in feeds if order == 0 else feeds[::-1]:
+        for metric in metrics:
+            metric.update(preds[ids], target[ids], sample_ids=ids, sample_weight=weight)
+    return [metric.compute().item() for metric in metrics]
+
+
+@pytest.mark.parametrize("path", ["gather", "on_rank", "sharded"])
+def test_copies_differing_only_in_weight_keep_one_value_at_every_world_size(pool: DistPool, path: str) -> None:
+    """Copies of an id with equal scores and targets but different weights are not interchangeable: the one with
+    the smaller weight is kept (the weight is compared after the scores), whatever the order and the world size.
+    """
+    from sklearn.metrics import average_precision_score, roc_auc_score
+
+    gen = torch.Generator().manual_seed(3)
+    preds = (torch.randint(0, 8, (40,), generator=gen) / 8).double()
+    target = torch.randint(0, 2, (40,), generator=gen)
+    expected = [
+        f32(roc_auc_score(target, preds, sample_weight=torch.ones(40))),
+        f32(average_precision_score(target, preds, sample_weight=torch.ones(40))),
+    ]
+    seen = set()
+    for world in (1, 2, 3):
+        for order in (0, 1):
+            values = pool.values(case_weighted_copies, world, order, path)
+            for value in values:
+                if value:  # compute_on_rank: the other ranks also get the value
+                    seen.add(tuple(value))
+    assert seen == {tuple(expected)}

@@ -109,6 +109,18 @@ def _order_keys(values: Tensor) -> list[Tensor]:
     return list(columns.unbind(1))
 
 
+def copy_scores(rows: dict[str, Tensor]) -> Tensor:
+    """The row compared between copies of one id by :func:`dedup_by_id`: the scores, then the sample weight when
+    the rows have one (copies with equal scores but different weights are not interchangeable: without the weight,
+    the first to arrive would be kept, and the value would depend on the order).
+    """
+    scores = rows["preds"]
+    if "weight" not in rows:
+        return scores
+    n = rows["ids"].numel()
+    return torch.cat([scores.reshape(n, -1).double(), rows["weight"].reshape(n, -1).to(scores.device).double()], 1)
+
+
 def dedup_by_id(ids: Tensor, sub: Tensor, target: Tensor, scores: Tensor | None = None) -> Tensor:
     """Indices that keep one copy of each ``(id, sub)`` key, ordered by key.
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._dedup import dedup_by_id
+from torchmetrics_varlen._dedup import copy_scores, dedup_by_id
 from torchmetrics_varlen._dist.exchange import INFO_COMPACT, CheckedIn, Info, SyncRequest, check_in_states
 from torchmetrics_varlen._dist.group import comm_device
 from torchmetrics_varlen._dist.shard import Shard, route_rows_by_id, sample_sort
@@ -266,7 +266,7 @@ def _dedup(shard: Shard, rows: dict[str, Tensor]) -> tuple[Tensor, int]:
     """
     error: ValueError | None = None
     try:
-        keep = dedup_by_id(rows["ids"], rows["ids_sub"], rows["target"], rows["preds"])
+        keep = dedup_by_id(rows["ids"], rows["ids_sub"], rows["target"], copy_scores(rows))
     except ValueError as err:
         error, keep = err, torch.zeros(0, dtype=torch.int64, device=shard.device)
     kept_ids = rows["ids"][keep]

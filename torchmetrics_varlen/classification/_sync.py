@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._checks import validate_compute_on_rank
-from torchmetrics_varlen._dedup import SyncReport, dedup_order
+from torchmetrics_varlen._dedup import SyncReport, copy_scores, dedup_order
 from torchmetrics_varlen._dist.exchange import CheckedIn, Gathered, Info, SyncRequest
 from torchmetrics_varlen._dist.group import distributed_available as group_initialised
 from torchmetrics_varlen._dist.group import group_position
@@ -166,7 +166,7 @@ class _SyncedMetric(GuardedMetric):
             self._report(None)
             return {name: self._pieces(name) for name in names}
         rows = {name: torch.cat(self._pieces(name)) for name in (*names, "ids", "ids_sub")}
-        keep = dedup_order(rows["ids"], rows["ids_sub"], rows["target"], rows["preds"])
+        keep = dedup_order(rows["ids"], rows["ids_sub"], rows["target"], copy_scores(rows))
         kept_ids = rows["ids"] if keep is None else rows["ids"][keep]  # None: every row, already in id order
         self._report(int(kept_ids.numel() and 1 + torch.count_nonzero(kept_ids[1:] != kept_ids[:-1])))
         return {name: [rows[name] if keep is None else rows[name][keep]] for name in names}
