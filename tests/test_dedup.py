@@ -146,6 +146,7 @@ def _reference_keep(ids: list[int], sub: list[int], scores: list[list[float]] | 
     """dedup_by_id's contract in plain Python: rows ordered by (id, sub, scores by value with -0.0 first, input
     position), the first row of each (id, sub) kept.
     """
+
     def by_value(v: float) -> tuple[float, float]:
         return v, math.copysign(1.0, v)
 

@@ -214,7 +214,8 @@ def test_histogram_mode_with_sampler_padding(pool: DistPool, world: int) -> None
 
 def case_weighted_copies(rank: int, world: int, order: int, path: str) -> list[float]:
     """Ids 0..39, each fed once with weight 1; ids 3, 8, 13 ... also fed again with the same score and target but
-    weight 5, on another rank, before or after the first copy (``order``)."""
+    weight 5, on another rank, before or after the first copy (``order``).
+    """
     kwargs = {"compute_on_rank": 0} if path == "on_rank" else {"compute_sharded": True} if path == "sharded" else {}
     metrics = [cls(sync_timeout=20, **kwargs) for cls in (VarlenAUROC, VarlenAveragePrecision)]
     gen = torch.Generator().manual_seed(3)
