@@ -159,9 +159,10 @@ def dedup_order(ids: Tensor, sub: Tensor, target: Tensor, scores: Tensor | None 
         order = torch.sort(sub, stable=True).indices
         order = order[torch.sort(ids[order], stable=True).indices]
     else:
-        order = _stable_order(key)
-        if order is None:
+        stable = _stable_order(key)
+        if stable is None:
             return None
+        order = stable
         sorted_key = key[order]
         if n == 1 or bool((sorted_key[1:] != sorted_key[:-1]).all()):
             return order  # no copies: nothing to choose, no targets to compare
@@ -188,10 +189,10 @@ def dedup_order(ids: Tensor, sub: Tensor, target: Tensor, scores: Tensor | None 
     conflict = (sorted_target != sorted_target[group_start]).reshape(sorted_target.shape[0], -1).any(dim=1)
     if bool(conflict.any()):
         bad = int(torch.nonzero(conflict)[0, 0])
-        key = int(sorted_ids[bad])
+        bad_id = int(sorted_ids[bad])
         a, b = sorted_target[group_start[bad]].int().tolist(), sorted_target[bad].int().tolist()
         msg = (
-            f"Sample id {key} was seen twice with different targets ({a} and {b}). Copies of one id must be the"
+            f"Sample id {bad_id} was seen twice with different targets ({a} and {b}). Copies of one id must be the"
             " same sample: check that `sample_ids` are global dataset indices, not per-rank or per-batch positions."
         )
         raise ValueError(msg)
