@@ -119,6 +119,45 @@ def test_conflicting_targets_for_one_id_raise_on_every_rank(pool: DistPool) -> N
         assert "Sample id 5 was seen twice with different targets (1 and 0)" in o.error
 
 
+def case_conflict_then_recover(rank: int, world: int, path: str) -> list[str]:
+    """Epoch 1 exact, epoch 2 with one id given two targets (caught as a ValueError), epoch 3 exact again."""
+    kwargs = {"compute_on_rank": 0} if path == "on_rank" else {"compute_sharded": True} if path == "sharded" else {}
+    metric = VarlenAUROC(sync_timeout=20, **kwargs)
+    preds, target = scores_and_labels(60, 4, ties=True)
+    ids = torch.arange(rank, 60, world)
+    out = []
+    for epoch in range(3):
+        metric.update(preds[ids].float(), target[ids], sample_ids=ids)
+        if epoch == 1 and rank == world - 1:  # id 7 again, with the other target
+            metric.update(preds[7:8].float(), 1 - target[7:8], sample_ids=torch.tensor([7]))
+        try:
+            out.append(f"{metric.compute().item():.9f}")
+        except ValueError as err:
+            out.append(f"{type(err).__name__}|{isinstance(err, MetricSyncError)}|{err}")
+        metric.reset()
+    return out
+
+
+@pytest.mark.parametrize("path", ["gather", "on_rank", "sharded"])
+def test_a_conflicting_id_is_a_value_error_naming_it_on_every_rank_and_the_next_epoch_is_exact(
+    pool: DistPool, path: str
+) -> None:
+    from sklearn.metrics import roc_auc_score
+
+    preds, target = scores_and_labels(60, 4, ties=True)
+    expected = f"{f32(roc_auc_score(target, preds.float().double())):.9f}"
+    first, second = int(target[7]), 1 - int(target[7])
+    for rank, (before, failed, after) in enumerate(pool.values(case_conflict_then_recover, 3, path)):
+        assert before == expected
+        assert after == expected
+        name, is_sync_error, text = failed.split("|", 2)
+        assert f"Sample id 7 was seen twice with different targets ({first} and {second})" in text
+        if path == "on_rank" and rank != 0:  # quoted from rank 0, and still a ValueError
+            assert (name, is_sync_error) == ("RemoteValueError", "True")
+        else:
+            assert is_sync_error == "False"
+
+
 def case_mixed_modes(rank: int, world: int) -> str:
     metric = VarlenAveragePrecision(sync_timeout=20)
     ids = torch.tensor([rank * 2, rank * 2 + 1]) if rank == 0 else None

@@ -196,10 +196,18 @@ def case_conflict(rank: int, world: int) -> str:
 
 
 def test_conflicting_ids_raise_on_every_rank(pool: DistPool) -> None:
+    """Every rank names the id and its two targets, not only the rank its copies were routed to."""
     texts = pool.values(case_conflict, 3)
-    assert "Sample id 0 was seen twice with different targets" in texts[0]  # ids 0 land on rank 0 (0 % 3)
+    named = texts[0].split(". ")[0]  # the targets in the order of the copies' scores
+    assert named in (
+        "Sample id 0 was seen twice with different targets (0 and 1)",
+        "Sample id 0 was seen twice with different targets (1 and 0)",
+    )
+    for text in texts:
+        assert text.startswith(named)
+    assert "found by" not in texts[0]  # ids 0 land on rank 0 (0 % 3): its own error
     for text in texts[1:]:
-        assert "rank 0 found a sample id seen twice with different targets" in text
+        assert "(found by rank 0 in VarlenAUROC.compute())" in text
 
 
 def case_missing_rank(rank: int, world: int) -> str:

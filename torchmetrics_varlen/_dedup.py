@@ -109,6 +109,25 @@ def _order_keys(values: Tensor) -> list[Tensor]:
     return list(columns.unbind(1))
 
 
+def conflicting_id(sample_id: int, first: object, second: object, where: str = "") -> ValueError:
+    """The error for two copies of one sample id with different targets (a data bug): a plain ``ValueError`` whose
+    ``sample_id``, ``first`` and ``second`` attributes let another rank repeat it.
+
+    Example:
+        >>> err = conflicting_id(5, 1, 0)
+        >>> str(err).split(". ")[0], err.sample_id
+        ('Sample id 5 was seen twice with different targets (1 and 0)', 5)
+    """
+    err = ValueError(
+        f"Sample id {sample_id} was seen twice with different targets ({first} and {second}){where}. Copies of one"
+        " id must be the same sample: check that `sample_ids` are global dataset indices, not per-rank or per-batch"
+        " positions."
+    )
+    for name, value in (("sample_id", sample_id), ("first", first), ("second", second)):
+        setattr(err, name, value)
+    return err
+
+
 def copy_scores(rows: dict[str, Tensor]) -> Tensor:
     """The row compared between copies of one id by :func:`dedup_by_id`: the scores, then the sample weight when
     the rows have one (copies with equal scores but different weights are not interchangeable: without the weight,
@@ -189,14 +208,15 @@ def dedup_order(ids: Tensor, sub: Tensor, target: Tensor, scores: Tensor | None 
     conflict = (sorted_target != sorted_target[group_start]).reshape(sorted_target.shape[0], -1).any(dim=1)
     if bool(conflict.any()):
         bad = int(torch.nonzero(conflict)[0, 0])
-        bad_id = int(sorted_ids[bad])
-        a, b = sorted_target[group_start[bad]].int().tolist(), sorted_target[bad].int().tolist()
-        msg = (
-            f"Sample id {bad_id} was seen twice with different targets ({a} and {b}). Copies of one id must be the"
-            " same sample: check that `sample_ids` are global dataset indices, not per-rank or per-batch positions."
-        )
-        raise ValueError(msg)
+        a, b = (_label(sorted_target[i]) for i in (group_start[bad], bad))
+        raise conflicting_id(int(sorted_ids[bad]), a, b)
     return order[first]
+
+
+def _label(row: Tensor) -> object:
+    """A sample's target for an error message: one int, or the list of a multi-element target."""
+    values = row.int().reshape(-1).tolist()
+    return values[0] if len(values) == 1 else values
 
 
 _FEW_RUNS = 4096  # descents below which NumPy's stable merge of the ascending runs beats torch's sort (W ranks)

@@ -1,4 +1,4 @@
-"""The package's one exception type."""
+"""The package's one exception type (and its form for a bad-input error raised on another rank)."""
 
 from __future__ import annotations
 
@@ -23,3 +23,15 @@ class MetricSyncError(RuntimeError):
     def __init__(self, *args: object) -> None:
         super().__init__(*args)
         self.missing_ranks = []
+
+
+class RemoteValueError(MetricSyncError, ValueError):
+    """A ``ValueError`` (bad input, such as one sample id with two targets) raised by the computation on another
+    rank (``compute_on_rank``), re-raised here: a :class:`MetricSyncError` quoting it, and also a ``ValueError``, so
+    that ``except ValueError`` catches it on every rank as it does on the rank that found it.
+
+    Example:
+        >>> err = RemoteValueError("VarlenAUROC.compute(): the computation on rank 0 failed: ValueError: ...")
+        >>> isinstance(err, MetricSyncError), isinstance(err, ValueError)
+        (True, True)
+    """

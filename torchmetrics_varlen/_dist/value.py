@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._dist import collectives
-from torchmetrics_varlen._dist.errors import MetricSyncError
+from torchmetrics_varlen._dist.errors import MetricSyncError, RemoteValueError
 from torchmetrics_varlen._dist.group import comm_device
 from torchmetrics_varlen._dist.guard import Ticket
 from torchmetrics_varlen._dist.records import _DTYPES, nbytes
@@ -48,7 +48,7 @@ def broadcast_value(
                     write_into(payload[offset : offset + t.numel() * t.dtype.itemsize].view(t.dtype), t)
                 offset += size
         except Exception as err:
-            ticket.set(store_key, json.dumps({"error": f"{type(err).__name__}: {err}"}))
+            ticket.set(store_key, json.dumps({"error": f"{type(err).__name__}: {err}", "bad_input": _bad_input(err)}))
             raise
         ticket.set(store_key, note)
     else:
@@ -59,7 +59,7 @@ def broadcast_value(
         note = json.loads(ticket.get(store_key))
         if "error" in note:
             msg = f"{ticket.what}: the computation on {layout.describe(src)} failed: {note['error']}"
-            raise MetricSyncError(msg)
+            raise (RemoteValueError if note.get("bad_input") else MetricSyncError)(msg)
         spec, extra = note["spec"], note["extra"]
         total = sum(nbytes(math.prod(s[1]), (), _DTYPES[s[0]]) for s in _leaves(spec))
         payload = torch.empty(total, dtype=torch.uint8, device=comm_device(layout.group, device))
@@ -69,6 +69,11 @@ def broadcast_value(
     if layout.rank == src:
         return value, extra
     return _rebuild(spec, payload.to(device), [0]), extra
+
+
+def _bad_input(err: Exception) -> bool:
+    """Whether the computation's error is about the data (a ``ValueError`` that is not itself a sync failure)."""
+    return isinstance(err, ValueError) and not isinstance(err, MetricSyncError)
 
 
 def _spec(value: Any, tensors: list[Tensor]) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._dedup import copy_scores, dedup_by_id
+from torchmetrics_varlen._dedup import conflicting_id, copy_scores, dedup_by_id
 from torchmetrics_varlen._dist.exchange import INFO_COMPACT, CheckedIn, Info, SyncRequest, check_in_states
 from torchmetrics_varlen._dist.group import comm_device
 from torchmetrics_varlen._dist.shard import Shard, route_rows_by_id, sample_sort
@@ -262,7 +262,7 @@ class _WeightedColumn(_ScoreColumn):
 
 def _dedup(shard: Shard, rows: dict[str, Tensor]) -> tuple[Tensor, int]:
     """The rows to keep among those routed here (one per id) and the global number kept; a conflict raises on
-    every rank.
+    every rank, naming the id (and its two targets when they are single labels).
     """
     error: ValueError | None = None
     try:
@@ -271,15 +271,25 @@ def _dedup(shard: Shard, rows: dict[str, Tensor]) -> tuple[Tensor, int]:
         error, keep = err, torch.zeros(0, dtype=torch.int64, device=shard.device)
     kept_ids = rows["ids"][keep]
     kept = int(kept_ids.numel() and 1 + torch.count_nonzero(kept_ids[1:] != kept_ids[:-1]))
-    flags = shard.all_gather(torch.tensor([error is not None, kept], dtype=torch.int64, device=shard.device))
-    bad = [r for r, flag in enumerate(flags[:, 0].tolist()) if flag]
+    note = [0, 0, 0, 0]  # [found, id, its targets when single labels]: every rank can name the id
+    if error is not None:
+        sample_id, first, second = (getattr(error, name, None) for name in ("sample_id", "first", "second"))
+        if not isinstance(sample_id, int):
+            note = [3, 0, 0, 0]  # another bad-input error: the others quote its rank
+        elif isinstance(first, int) and isinstance(second, int):
+            note = [2, sample_id, first, second]
+        else:
+            note = [1, sample_id, 0, 0]
+    flags = shard.all_gather(torch.tensor([kept, *note], dtype=torch.int64, device=shard.device)).tolist()
     if error is not None:
         raise error
-    if bad:
-        msg = (
-            f"{shard.what}: rank {bad[0]} found a sample id seen twice with different targets (its error names"
-            " the id). Copies of one id must be the same sample: check that `sample_ids` are global dataset"
-            " indices, not per-rank or per-batch positions."
-        )
-        raise ValueError(msg)
-    return keep, int(flags[:, 1].sum())
+    for rank, (_, found, sample_id, first, second) in enumerate(flags):
+        if found:
+            where = f" (found by {shard.ticket.layout.describe(rank)} in {shard.what})"
+            if found == 3:
+                msg = f"{shard.what}: deduplicating the sample ids failed on {shard.ticket.layout.describe(rank)}."
+                raise ValueError(msg)
+            if found == 2:
+                raise conflicting_id(sample_id, first, second, where)
+            raise conflicting_id(sample_id, "a row", "another", where)
+    return keep, sum(f[0] for f in flags)
