@@ -12,7 +12,7 @@ import pytest
 import torch
 from _dist import DistPool
 from sklearn.metrics import accuracy_score, roc_auc_score
-from torchmetrics.classification import BinaryAccuracy, BinaryAUROC
+from torchmetrics.classification import BinaryAccuracy, BinaryAUROC, BinaryAveragePrecision
 
 from torchmetrics_varlen import Varlen, VarlenAUROC, VarlenCollection, VarlenMulticlassAUROC, load_rank_states
 
@@ -192,3 +192,26 @@ def test_a_resumed_collection_drops_the_padding(pool: DistPool) -> None:
     for value, kept in pool.values(case_resume_counts_no_padding, 2):
         assert value == pytest.approx(roc_auc_score(target, preds), abs=1e-6)
         assert kept == N
+
+
+def case_empty_rank_report(rank: int, world: int, ids: bool) -> tuple[float, Any]:
+    """Only rank 0 has data: id 42 twice and id 7 once, or the same three rows without ids."""
+    collection = VarlenCollection({"auroc": VarlenAUROC(), "ap": BinaryAveragePrecision()}, sync_timeout=20)
+    if rank == 0:
+        kwargs = {"sample_ids": torch.tensor([42, 42, 7])} if ids else {}
+        collection.update(torch.tensor([0.3, 0.7, 0.1]), torch.tensor([1, 1, 0]), **kwargs)
+    values = collection.compute()
+    return float(values["auroc"]), collection.sync_report
+
+
+@pytest.mark.parametrize("ids", [True, False])
+def test_a_collection_on_a_rank_without_data_reports_what_was_evaluated(pool: DistPool, ids: bool) -> None:
+    """The rank that fed nothing cannot tell the epoch's dedup mode from its own batches; its report is every other
+    rank's (found by the red-team helper: it counted the duplicate id as kept).
+    """
+    for world in (2, 3):
+        outcomes = pool.values(case_empty_rank_report, world, ids)
+        for value, report in outcomes:
+            assert value == 1.0
+            assert report == outcomes[0][1]
+            assert (report.received, report.kept, report.duplicates_dropped) == ((3, 2, 1) if ids else (3, 3, 0))

@@ -222,7 +222,9 @@ class VarlenCollection(MetricCollection):
         reports: list[SyncReport] = [
             r for m in self.values(copy_state=False) for r in (getattr(m, "sync_report", None),) if r is not None
         ]
-        kept = reports[0].kept if reports and self._mode == "ids" else None
+        # A rank without an accepted batch (``_mode`` None) does not know the epoch's mode, but its members learnt
+        # the distinct samples from the sync: their count stands (without ids it equals what they received).
+        kept = reports[0].kept if reports and self._mode != "none" else None
         self.sync_report = self._ledger.report(self, self._ledger_info, kept, synced=self._ledger_info is not None)
 
     def _sync_members(self) -> list[GuardedMetric]:
