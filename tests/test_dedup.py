@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import pytest
@@ -143,18 +142,24 @@ def test_bad_dataset_size(dataset_size: object) -> None:
 
 
 def _reference_keep(ids: list[int], sub: list[int], scores: list[list[float]] | None) -> list[int]:
-    """dedup_by_id's contract in plain Python: rows ordered by (id, sub, scores by value with -0.0 first, input
-    position), the first row of each (id, sub) kept.
+    """dedup_by_id's contract in plain Python: one row per (id, sub), the copies ordered by the whole sample they
+    belong to (a sample's elements are consecutive, ``sub`` counting from 0: its scores, each by value with -0.0
+    first), then by input position; the first kept.
     """
 
     def by_value(v: float) -> tuple[float, float]:
         return v, math.copysign(1.0, v)
 
-    def order_key(i: int) -> tuple[Any, ...]:
-        return (ids[i], sub[i], *(by_value(v) for v in (scores[i] if scores else [])), i)
+    def sample(i: int) -> list[tuple[float, float]]:
+        start, out = i - sub[i], []
+        for j in range(start, len(ids)):
+            if ids[j] != ids[i] or sub[j] != j - start:
+                break
+            out += [by_value(v) for v in (scores[j] if scores else [])]
+        return out
 
     keep, seen = [], set()
-    for i in sorted(range(len(ids)), key=order_key):
+    for i in sorted(range(len(ids)), key=lambda i: (ids[i], sub[i], sample(i), i)):
         if (ids[i], sub[i]) not in seen:
             seen.add((ids[i], sub[i]))
             keep.append(i)
@@ -191,7 +196,8 @@ def test_id_dedup_keeps_the_rows_the_contract_names_by_every_route(
 ) -> None:
     """Every way the stable order of the keys is found (no sort when ascending, a merge of ascending runs, a scatter
     of distinct keys into slots, torch's stable sort) keeps the same rows in the same order as the contract, with
-    copies ordered by their scores (ties with -0.0, equal copies) and samples of several elements (``sub``).
+    copies ordered by their scores (ties with -0.0, equal copies) and samples of several elements (``sub``: one whole
+    copy of the sample kept).
     """
     from torchmetrics_varlen import _dedup
 
@@ -211,3 +217,22 @@ def test_id_dedup_keeps_the_rows_the_contract_names_by_every_route(
     assert _dedup.dedup_by_id(*args).tolist() == _reference_keep(ids.tolist(), sub.tolist(), None)
     order = _dedup.dedup_order(*args, torch.from_numpy(scores))
     assert (order is None) == (expected == list(range(len(expected))) and len(expected) == ids.shape[0])
+
+
+def test_one_id_per_row_of_a_2d_binary_input_keeps_one_whole_copy() -> None:
+    """Two copies of sample 1 (a row of two binary scores) that differ: the lexicographically smaller row is kept
+    whole, never the smaller score of each column (a row no copy has); in either order.
+    """
+    rows = {0: ([0.6, 0.4], [1, 0]), 2: ([0.8, 0.7], [1, 1])}
+    copy_a, copy_b = [0.2, 0.9], [0.3, 0.1]  # A < B lexicographically; the element-wise minimum is [0.2, 0.1]
+    target_1 = [0, 1]
+    expected = roc_auc_score([*rows[0][1], *target_1, *rows[2][1]], [*rows[0][0], *copy_a, *rows[2][0]])
+    for first, second in ((copy_a, copy_b), (copy_b, copy_a)):
+        metric = VarlenAUROC()
+        metric.update(
+            torch.tensor([rows[0][0], first]), torch.tensor([rows[0][1], target_1]), sample_ids=torch.tensor([0, 1])
+        )
+        metric.update(
+            torch.tensor([second, rows[2][0]]), torch.tensor([target_1, rows[2][1]]), sample_ids=torch.tensor([1, 2])
+        )
+        assert metric.compute().item() == pytest.approx(f32(expected), abs=1e-7)

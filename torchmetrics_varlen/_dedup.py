@@ -197,7 +197,7 @@ def dedup_order(ids: Tensor, sub: Tensor, target: Tensor, scores: Tensor | None 
         at = torch.nonzero(repeated).flatten()
         rows = order[at]
         moved = torch.arange(rows.numel(), device=ids.device)
-        for column in [*reversed(_order_keys(scores[rows.to(scores.device)].to(ids.device))), sub[rows], ids[rows]]:
+        for column in [*reversed(_copy_keys(ids, sub, scores.to(ids.device), rows)), sub[rows], ids[rows]]:
             moved = moved[torch.sort(column[moved], stable=True).indices]
         order = order.clone()
         order[at] = rows[moved]
@@ -211,6 +211,30 @@ def dedup_order(ids: Tensor, sub: Tensor, target: Tensor, scores: Tensor | None 
         a, b = (_label(sorted_target[i]) for i in (group_start[bad], bad))
         raise conflicting_id(int(sorted_ids[bad]), a, b)
     return order[first]
+
+
+_ABSENT = torch.iinfo(torch.int64).max  # the key of an element a shorter copy does not have: after every score
+
+
+def _copy_keys(ids: Tensor, sub: Tensor, scores: Tensor, rows: Tensor) -> list[Tensor]:
+    """The columns by which the copies of each key are ordered, for the elements ``rows``: their scores' order keys,
+    or, for samples of several elements (one id per row of a 2-D input: ``sub`` is the element's position in its
+    row, and a row's elements are consecutive), the keys of every element of the sample the element belongs to, so
+    that one whole copy is kept, never a mix of copies.
+    """
+    n = ids.numel()
+    columns = scores.reshape(n, -1)
+    local_sub = sub[rows].long()
+    if not bool(local_sub.any()):
+        return _order_keys(columns[rows])
+    width = int(sub.max()) + 1
+    within = torch.arange(width, device=ids.device)
+    at = (rows - local_sub)[:, None] + within  # (copies, width): the positions of each copy's elements
+    inside = at < n
+    at = at.clamp(max=n - 1)
+    inside &= (sub[at].long() == within) & (ids[at] == ids[rows][:, None])
+    keys = [k.reshape(at.shape) for k in _order_keys(columns[at.reshape(-1)])]
+    return [torch.where(inside[:, j], key[:, j], _ABSENT) for j in range(width) for key in keys]
 
 
 def _label(row: Tensor) -> object:

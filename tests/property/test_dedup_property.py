@@ -76,12 +76,21 @@ def test_id_dedup_rejects_a_conflicting_copy(ids: list[int], flip: int) -> None:
 
 
 def _plain_keep(ids: list[int], sub: list[int], scores: list[float]) -> list[int]:
-    """The contract in plain Python: rows by (id, sub, score with -0.0 first, input position); one per (id, sub)."""
+    """The contract in plain Python: one row per (id, sub), the copies ordered by the whole sample they belong to
+    (its consecutive elements' scores, -0.0 before 0.0), then by input position; the first kept.
+    """
     import math
 
-    rows = sorted(range(len(ids)), key=lambda i: (ids[i], sub[i], scores[i], math.copysign(1.0, scores[i]), i))
+    def sample(i: int) -> list[tuple[float, float]]:
+        start, out = i - sub[i], []
+        for j in range(start, len(ids)):
+            if ids[j] != ids[i] or sub[j] != j - start:
+                break
+            out.append((scores[j], math.copysign(1.0, scores[j])))
+        return out
+
     keep, seen = [], set()
-    for i in rows:
+    for i in sorted(range(len(ids)), key=lambda i: (ids[i], sub[i], sample(i), i)):
         if (ids[i], sub[i]) not in seen:
             seen.add((ids[i], sub[i]))
             keep.append(i)
