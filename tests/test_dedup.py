@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
 from _data import scores_and_labels
+from _dedup_contract import contract_keep
 from _float32 import f32
 from sklearn.metrics import roc_auc_score
 
@@ -141,31 +140,6 @@ def test_bad_dataset_size(dataset_size: object) -> None:
         VarlenAUROC(dataset_size=dataset_size)  # type: ignore[arg-type]
 
 
-def _reference_keep(ids: list[int], sub: list[int], scores: list[list[float]] | None) -> list[int]:
-    """dedup_by_id's contract in plain Python: one row per (id, sub), the copies ordered by the whole sample they
-    belong to (a sample's elements are consecutive, ``sub`` counting from 0: its scores, each by value with -0.0
-    first), then by input position; the first kept.
-    """
-
-    def by_value(v: float) -> tuple[float, float]:
-        return v, math.copysign(1.0, v)
-
-    def sample(i: int) -> list[tuple[float, float]]:
-        start, out = i - sub[i], []
-        for j in range(start, len(ids)):
-            if ids[j] != ids[i] or sub[j] != j - start:
-                break
-            out += [by_value(v) for v in (scores[j] if scores else [])]
-        return out
-
-    keep, seen = [], set()
-    for i in sorted(range(len(ids)), key=lambda i: (ids[i], sub[i], sample(i), i)):
-        if (ids[i], sub[i]) not in seen:
-            seen.add((ids[i], sub[i]))
-            keep.append(i)
-    return keep
-
-
 def _id_layout(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
     if kind == "ascending":
         return np.arange(n) * 3 + 5
@@ -212,9 +186,9 @@ def test_id_dedup_keeps_the_rows_the_contract_names_by_every_route(
     scores[rng.random(rows * width) < 0.2, 0] = -0.0
     target = torch.from_numpy(ids % 2).reshape(-1, 1)  # copies agree
     args = (torch.from_numpy(ids), torch.from_numpy(sub.astype(np.int32)), target)
-    expected = _reference_keep(ids.tolist(), sub.tolist(), scores.tolist())
+    expected = contract_keep(ids.tolist(), sub.tolist(), scores.tolist())
     assert _dedup.dedup_by_id(*args, torch.from_numpy(scores)).tolist() == expected
-    assert _dedup.dedup_by_id(*args).tolist() == _reference_keep(ids.tolist(), sub.tolist(), None)
+    assert _dedup.dedup_by_id(*args).tolist() == contract_keep(ids.tolist(), sub.tolist(), None)
     order = _dedup.dedup_order(*args, torch.from_numpy(scores))
     assert (order is None) == (expected == list(range(len(expected))) and len(expected) == ids.shape[0])
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _dedup_contract import contract_keep
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -75,28 +76,6 @@ def test_id_dedup_rejects_a_conflicting_copy(ids: list[int], flip: int) -> None:
         dedup_by_id(torch.tensor(ids), torch.zeros(len(ids), dtype=torch.int32), target)
 
 
-def _plain_keep(ids: list[int], sub: list[int], scores: list[float]) -> list[int]:
-    """The contract in plain Python: one row per (id, sub), the copies ordered by the whole sample they belong to
-    (its consecutive elements' scores, -0.0 before 0.0), then by input position; the first kept.
-    """
-    import math
-
-    def sample(i: int) -> list[tuple[float, float]]:
-        start, out = i - sub[i], []
-        for j in range(start, len(ids)):
-            if ids[j] != ids[i] or sub[j] != j - start:
-                break
-            out.append((scores[j], math.copysign(1.0, scores[j])))
-        return out
-
-    keep, seen = [], set()
-    for i in sorted(range(len(ids)), key=lambda i: (ids[i], sub[i], sample(i), i)):
-        if (ids[i], sub[i]) not in seen:
-            seen.add((ids[i], sub[i]))
-            keep.append(i)
-    return keep
-
-
 @st.composite
 def _id_layouts(draw: st.DrawFn) -> tuple[list[int], list[int]]:
     """Ids as they reach the dedup: W ranks' runs (ascending, or shuffled), padding repeated, the same data fed
@@ -135,7 +114,7 @@ def test_id_dedup_keeps_what_the_contract_names_for_any_id_layout(
     scores = [-0.0 if s == 0 and k % 3 == 0 else s for k, s in enumerate(scores)]
     target = torch.tensor([(i + j) % 2 for i, j in zip(ids, sub, strict=True)]).reshape(-1, 1)
     args = (torch.tensor(ids), torch.tensor(sub, dtype=torch.int32), target, torch.tensor(scores).reshape(-1, 1))
-    expected = _plain_keep(ids, sub, scores)
+    expected = contract_keep(ids, sub, [[v] for v in scores])
     assert dedup_by_id(*args).tolist() == expected
     order = dedup_order(*args)
     if order is None:
