@@ -210,3 +210,35 @@ def test_one_id_per_row_of_a_2d_binary_input_keeps_one_whole_copy() -> None:
             torch.tensor([second, rows[2][0]]), torch.tensor([target_1, rows[2][1]]), sample_ids=torch.tensor([1, 2])
         )
         assert metric.compute().item() == pytest.approx(f32(expected), abs=1e-7)
+
+
+def test_rows_with_weights_compare_every_score_before_the_weight() -> None:
+    """Copies of a 2-D binary row that tie on the first score: the next score decides, not the weight."""
+    copy_a, copy_b = ([0.3, 0.05], 3.0), ([0.3, 0.9], 0.5)  # A is smaller by its scores, B by its weight
+    others = ([[0.6, 0.4], [0.8, 0.7]], [[1, 0], [0, 1]], [1.0, 2.0])
+    target_9 = [1, 0]
+    kept_scores = [*others[0][0], *copy_a[0], *others[0][1]]
+    kept_target = [*others[1][0], *target_9, *others[1][1]]
+    weights = [1.0, 1.0, 3.0, 3.0, 2.0, 2.0]
+    expected = f32(roc_auc_score(kept_target, kept_scores, sample_weight=weights))
+    for first, second in ((copy_a, copy_b), (copy_b, copy_a)):
+        metric = VarlenAUROC()
+        for (scores, weight), other, other_target, other_weight, ident in (
+            (first, others[0][0], others[1][0], others[2][0], 0),
+            (second, others[0][1], others[1][1], others[2][1], 2),
+        ):
+            metric.update(
+                torch.tensor([other, scores]),
+                torch.tensor([other_target, target_9]),
+                sample_ids=torch.tensor([ident, 9]),
+                sample_weight=torch.tensor([other_weight, weight]),
+            )
+        assert metric.compute().item() == pytest.approx(expected, abs=1e-7)
+
+
+def test_copies_of_one_id_as_rows_of_different_widths_are_an_error() -> None:
+    metric = VarlenAUROC()
+    metric.update(torch.tensor([[0.4, 0.6, 0.9]]), torch.tensor([[0, 1, 1]]), sample_ids=torch.tensor([1]))
+    metric.update(torch.tensor([[0.1, 0.45]]), torch.tensor([[0, 1]]), sample_ids=torch.tensor([1]))
+    with pytest.raises(ValueError, match="Sample id 1 was seen as samples of 2 and of 3 elements"):
+        metric.compute()

@@ -197,8 +197,11 @@ def dedup_order(ids: Tensor, sub: Tensor, target: Tensor, scores: Tensor | None 
         at = torch.nonzero(repeated).flatten()
         rows = order[at]
         moved = torch.arange(rows.numel(), device=ids.device)
-        for column in [*reversed(_copy_keys(ids, sub, scores.to(ids.device), rows)), sub[rows], ids[rows]]:
+        keys, widths = _copy_keys(ids, sub, scores.to(ids.device), rows)
+        for column in [*reversed(keys), sub[rows], ids[rows]]:
             moved = moved[torch.sort(column[moved], stable=True).indices]
+        if widths is not None:
+            _check_widths(ids[rows][moved], widths[moved])
         order = order.clone()
         order[at] = rows[moved]
     # Index of the first copy of each element's key: a running max over the positions where a key starts.
@@ -216,25 +219,43 @@ def dedup_order(ids: Tensor, sub: Tensor, target: Tensor, scores: Tensor | None 
 _ABSENT = torch.iinfo(torch.int64).max  # the key of an element a shorter copy does not have: after every score
 
 
-def _copy_keys(ids: Tensor, sub: Tensor, scores: Tensor, rows: Tensor) -> list[Tensor]:
+def _copy_keys(ids: Tensor, sub: Tensor, scores: Tensor, rows: Tensor) -> tuple[list[Tensor], Tensor | None]:
     """The columns by which the copies of each key are ordered, for the elements ``rows``: their scores' order keys,
     or, for samples of several elements (one id per row of a 2-D input: ``sub`` is the element's position in its
-    row, and a row's elements are consecutive), the keys of every element of the sample the element belongs to, so
-    that one whole copy is kept, never a mix of copies.
+    row, and a row's elements are consecutive), the keys of every element of the sample the element belongs to,
+    column by column (every element's score, then every element's weight), so that one whole copy is kept, never a
+    mix of copies; then also each element's sample width (``None`` for one-element samples).
     """
     n = ids.numel()
     columns = scores.reshape(n, -1)
     local_sub = sub[rows].long()
     if not bool(local_sub.any()):
-        return _order_keys(columns[rows])
+        return _order_keys(columns[rows]), None
     width = int(sub.max()) + 1
     within = torch.arange(width, device=ids.device)
     at = (rows - local_sub)[:, None] + within  # (copies, width): the positions of each copy's elements
     inside = at < n
     at = at.clamp(max=n - 1)
     inside &= (sub[at].long() == within) & (ids[at] == ids[rows][:, None])
+    inside &= inside.cumprod(1).bool()  # a sample's elements are consecutive: it ends at its first gap
     keys = [k.reshape(at.shape) for k in _order_keys(columns[at.reshape(-1)])]
-    return [torch.where(inside[:, j], key[:, j], _ABSENT) for j in range(width) for key in keys]
+    return [torch.where(inside[:, j], key[:, j], _ABSENT) for key in keys for j in range(width)], inside.sum(1)
+
+
+def _check_widths(sorted_ids: Tensor, widths: Tensor) -> None:
+    """Raise if two copies of one id (``sorted_ids`` grouped) are samples of different sizes (rows of different
+    widths): they cannot be the same sample, and neither can be kept whole in the other's place.
+    """
+    same = sorted_ids[1:] == sorted_ids[:-1]
+    bad = torch.nonzero(same & (widths[1:] != widths[:-1])).flatten()
+    if bad.numel():
+        i = int(bad[0])
+        msg = (
+            f"Sample id {int(sorted_ids[i])} was seen as samples of {int(widths[i])} and of {int(widths[i + 1])}"
+            " elements. Copies of one id must be the same sample: check that `sample_ids` are global dataset"
+            " indices, not per-rank or per-batch positions."
+        )
+        raise ValueError(msg)
 
 
 def _label(row: Tensor) -> object:
