@@ -194,9 +194,15 @@ def test_a_resumed_collection_drops_the_padding(pool: DistPool) -> None:
         assert kept == N
 
 
-def case_empty_rank_report(rank: int, world: int, ids: bool) -> tuple[float, Any]:
-    """Only rank 0 has data: id 42 twice and id 7 once, or the same three rows without ids."""
-    collection = VarlenCollection({"auroc": VarlenAUROC(), "ap": BinaryAveragePrecision()}, sync_timeout=20)
+def case_empty_rank_report(rank: int, world: int, ids: bool, path: str) -> tuple[float, Any]:
+    """Only rank 0 has data: id 42 twice and id 7 once, or the same three rows without ids. ``path``: "joint" (a
+    torchmetrics member too: one joint sync), or a package member alone that syncs on its own ("sharded", "on_rank").
+    """
+    kwargs = {"sharded": {"compute_sharded": True}, "on_rank": {"compute_on_rank": 0}}.get(path, {})
+    members: dict[str, Any] = {"auroc": VarlenAUROC(sync_timeout=20, **kwargs)}
+    if path == "joint":
+        members["ap"] = BinaryAveragePrecision()
+    collection = VarlenCollection(members, sync_timeout=20)
     if rank == 0:
         kwargs = {"sample_ids": torch.tensor([42, 42, 7])} if ids else {}
         collection.update(torch.tensor([0.3, 0.7, 0.1]), torch.tensor([1, 1, 0]), **kwargs)
@@ -204,14 +210,18 @@ def case_empty_rank_report(rank: int, world: int, ids: bool) -> tuple[float, Any
     return float(values["auroc"]), collection.sync_report
 
 
+@pytest.mark.parametrize("path", ["joint", "sharded", "on_rank"])
 @pytest.mark.parametrize("ids", [True, False])
-def test_a_collection_on_a_rank_without_data_reports_what_was_evaluated(pool: DistPool, ids: bool) -> None:
-    """The rank that fed nothing cannot tell the epoch's dedup mode from its own batches; its report is every other
-    rank's (found by the red-team helper: it counted the duplicate id as kept).
+def test_a_collection_on_a_rank_without_data_reports_what_was_evaluated(pool: DistPool, ids: bool, path: str) -> None:
+    """The rank that fed nothing cannot tell the epoch's dedup mode from its own batches, and a collection whose
+    members sync on their own has no joint counters: every rank reports the whole evaluation (found by the red-team
+    helpers: the duplicate id counted as kept, a negative duplicates_dropped, world_size 1).
     """
     for world in (2, 3):
-        outcomes = pool.values(case_empty_rank_report, world, ids)
+        outcomes = pool.values(case_empty_rank_report, world, ids, path)
         for value, report in outcomes:
             assert value == 1.0
             assert report == outcomes[0][1]
+            assert report.world_size == world
+            assert report.seen_per_rank == (3, *([0] * (world - 1)))
             assert (report.received, report.kept, report.duplicates_dropped) == ((3, 2, 1) if ids else (3, 3, 0))

@@ -222,9 +222,14 @@ class VarlenCollection(MetricCollection):
         reports: list[SyncReport] = [
             r for m in self.values(copy_state=False) for r in (getattr(m, "sync_report", None),) if r is not None
         ]
-        # A rank without an accepted batch (``_mode`` None) does not know the epoch's mode, but its members learnt
-        # the distinct samples from the sync: their count stands (without ids it equals what they received).
-        kept = reports[0].kept if reports and self._mode != "none" else None
+        synced = [r for r in reports if r.world_size > 1]
+        if self._ledger_info is None and synced:  # no joint sync: the members synced on their own, and know it all
+            self.sync_report = synced[0]
+            return
+        # A rank without an accepted batch (``_mode`` None) does not know the epoch's mode, but after the joint sync
+        # its members know the distinct samples: their count stands (without ids it equals what they received).
+        known = self._mode == "ids" or (self._mode is None and self._ledger_info is not None)
+        kept = reports[0].kept if reports and known else None
         self.sync_report = self._ledger.report(self, self._ledger_info, kept, synced=self._ledger_info is not None)
 
     def _sync_members(self) -> list[GuardedMetric]:
