@@ -295,3 +295,23 @@ def test_single_process_ignores_the_option() -> None:
     metric = VarlenAveragePrecision(compute_sharded=True)
     metric.update(preds, target)
     assert metric.compute().item() == pytest.approx(f32(average_precision_score(target, preds)), abs=1e-12)
+
+
+def case_two_conflicts(rank: int, world: int) -> str:
+    metric = VarlenAUROC(compute_sharded=True, sync_timeout=20)
+    ids = torch.arange(rank * 10, rank * 10 + 10)
+    metric.update(torch.rand(10), torch.tensor([0, 1] * 5), sample_ids=ids)
+    if rank == world - 1:  # ids 0 (target 0) and 1 (target 1) again with the other targets: found on ranks 0 and 1
+        metric.update(torch.rand(2), torch.tensor([1, 0]), sample_ids=torch.tensor([0, 1]))
+    try:
+        metric.compute()
+    except ValueError as err:
+        return str(err).split(". ")[0]
+    return "no error"
+
+
+def test_several_conflicting_ids_are_named_alike_on_every_rank(pool: DistPool) -> None:
+    """Each rank that finds a conflict could name its own; every rank names the first rank's finding."""
+    texts = pool.values(case_two_conflicts, 2)
+    assert texts[0].startswith("Sample id 0 was seen twice with different targets")
+    assert texts[1].startswith("Sample id 0 was seen twice with different targets")

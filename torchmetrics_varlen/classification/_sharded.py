@@ -281,9 +281,9 @@ def _dedup(shard: Shard, rows: dict[str, Tensor]) -> tuple[Tensor, int]:
         else:
             note = [1, sample_id, 0, 0]
     flags = shard.all_gather(torch.tensor([kept, *note], dtype=torch.int64, device=shard.device)).tolist()
-    if error is not None:
-        raise error
-    for rank, (_, found, sample_id, first, second) in enumerate(flags):
+    for rank, (_, found, sample_id, first, second) in enumerate(flags):  # the first rank's finding, on every rank
+        if found and rank == shard.rank and error is not None:
+            raise error
         if found:
             where = f" (found by {shard.ticket.layout.describe(rank)} in {shard.what})"
             if found == 3:
