@@ -220,26 +220,31 @@ _ABSENT = torch.iinfo(torch.int64).max  # the key of an element a shorter copy d
 
 
 def _copy_keys(ids: Tensor, sub: Tensor, scores: Tensor, rows: Tensor) -> tuple[list[Tensor], Tensor | None]:
-    """The columns by which the copies of each key are ordered, for the elements ``rows``: their scores' order keys,
-    or, for samples of several elements (one id per row of a 2-D input: ``sub`` is the element's position in its
-    row, and a row's elements are consecutive), the keys of every element of the sample the element belongs to,
-    column by column (every element's score, then every element's weight), so that one whole copy is kept, never a
-    mix of copies; then also each element's sample width (``None`` for one-element samples).
+    """The columns by which the copies of each key are ordered, for the elements ``rows``: their scores' order keys;
+    for samples of several elements (one id per row of a 2-D input: ``sub`` is the element's position in its row,
+    and a row's elements are consecutive), the rank of the whole sample the element belongs to, so that one whole
+    copy is kept, never a mix of copies, and each element's sample width (``None`` for one-element samples).
+
+    Samples are ranked by value, column by column (every element's score, then every element's weight), a missing
+    element after every value: one ``unique`` of the copies' rows, so memory and time stay linear in the copies.
     """
     n = ids.numel()
     columns = scores.reshape(n, -1)
-    local_sub = sub[rows].long()
-    if not bool(local_sub.any()):
+    if not bool(sub[rows].any()):
         return _order_keys(columns[rows]), None
-    width = int(sub.max()) + 1
-    within = torch.arange(width, device=ids.device)
-    at = (rows - local_sub)[:, None] + within  # (copies, width): the positions of each copy's elements
-    inside = at < n
-    at = at.clamp(max=n - 1)
-    inside &= (sub[at].long() == within) & (ids[at] == ids[rows][:, None])
-    inside &= inside.cumprod(1).bool()  # a sample's elements are consecutive: it ends at its first gap
-    keys = [k.reshape(at.shape) for k in _order_keys(columns[at.reshape(-1)])]
-    return [torch.where(inside[:, j], key[:, j], _ABSENT) for key in keys for j in range(width)], inside.sum(1)
+    # The samples: runs of consecutive elements of one id whose positions count up from 0.
+    begins = torch.ones(n, dtype=torch.bool, device=ids.device)
+    begins[1:] = (sub[1:].long() != sub[:-1].long() + 1) | (ids[1:] != ids[:-1])
+    first_of = torch.nonzero(begins).flatten()
+    widths = torch.diff(first_of, append=first_of.new_tensor([n]))
+    copies, of_row = torch.unique((torch.cumsum(begins, 0) - 1)[rows], return_inverse=True)
+    start, width = first_of[copies], widths[copies]
+    span = int(width.max())
+    at = (start[:, None] + torch.arange(span, device=ids.device)).clamp(max=n - 1)
+    absent = torch.arange(span, device=ids.device) >= width[:, None]
+    keys = [k.reshape(at.shape).masked_fill(absent, _ABSENT) for k in _order_keys(columns[at.reshape(-1)])]
+    rank = torch.unique(torch.cat(keys, dim=1), dim=0, return_inverse=True)[1]  # rows in lexicographic order
+    return [rank[of_row]], width[of_row]
 
 
 def _check_widths(sorted_ids: Tensor, widths: Tensor) -> None:
