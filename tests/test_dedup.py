@@ -242,3 +242,20 @@ def test_copies_of_one_id_as_rows_of_different_widths_are_an_error() -> None:
     metric.update(torch.tensor([[0.1, 0.45]]), torch.tensor([[0, 1]]), sample_ids=torch.tensor([1]))
     with pytest.raises(ValueError, match="Sample id 1 was seen as samples of 2 and of 3 elements"):
         metric.compute()
+
+
+def test_copies_of_large_samples_dedup_in_memory_linear_in_the_copies() -> None:
+    """Copies of 256x256 binary images (one id per image): ranking them by one sort column per pixel would need
+    copies x pixels x pixels keys (over 100 GB here); the copies' rows are ranked once instead.
+    """
+    gen = torch.Generator().manual_seed(0)
+    images = torch.rand(3, 256, 256, generator=gen)
+    target = (torch.rand(3, 256, 256, generator=gen) > 0.5).long()
+    metric = VarlenAUROC()
+    metric.update(images, target, sample_ids=torch.arange(3))
+    metric.update(images[1:2] * 0.5, target[1:2], sample_ids=torch.tensor([1]))  # a smaller copy of image 1
+    kept = torch.cat([images[:1], images[1:2] * 0.5, images[2:]])
+    expected = roc_auc_score(target.reshape(-1).numpy(), kept.reshape(-1).double().numpy())
+    assert metric.compute().item() == pytest.approx(f32(expected), abs=1e-7)
+    assert metric.sync_report is not None
+    assert (metric.sync_report.kept, metric.sync_report.duplicates_dropped) == (3, 1)
