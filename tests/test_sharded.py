@@ -315,3 +315,24 @@ def test_several_conflicting_ids_are_named_alike_on_every_rank(pool: DistPool) -
     texts = pool.values(case_two_conflicts, 2)
     assert texts[0].startswith("Sample id 0 was seen twice with different targets")
     assert texts[1].startswith("Sample id 0 was seen twice with different targets")
+
+
+def case_widths(rank: int, world: int) -> str:
+    """Id 1 as a row of 3 scores on rank 0 and as a row of 2 on rank 1: both copies are routed to rank 1."""
+    metric = VarlenAUROC(compute_sharded=True, sync_timeout=20)
+    if rank == 0:
+        metric.update(torch.tensor([[0.4, 0.6, 0.9]]), torch.tensor([[0, 1, 1]]), sample_ids=torch.tensor([1]))
+    else:
+        metric.update(torch.tensor([[0.1, 0.45]]), torch.tensor([[0, 1]]), sample_ids=torch.tensor([1]))
+    try:
+        metric.compute()
+    except ValueError as err:
+        return str(err)
+    return "no error"
+
+
+def test_copies_as_rows_of_different_widths_are_quoted_on_every_rank(pool: DistPool) -> None:
+    texts = pool.values(case_widths, 2)
+    for text in texts:
+        assert "Sample id 1 was seen as samples of 2 and of 3 elements" in text
+    assert "VarlenAUROC.compute(): rank 1 found: Sample id 1" in texts[0]

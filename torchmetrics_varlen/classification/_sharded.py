@@ -274,8 +274,11 @@ def _dedup(shard: Shard, rows: dict[str, Tensor]) -> tuple[Tensor, int]:
     note = [0, 0, 0, 0]  # [found, id, its targets when single labels]: every rank can name the id
     if error is not None:
         sample_id, first, second = (getattr(error, name, None) for name in ("sample_id", "first", "second"))
-        if not isinstance(sample_id, int):
-            note = [3, 0, 0, 0]  # another bad-input error: the others quote its rank
+        if not isinstance(sample_id, int):  # another bad-input error: left in the store for the others to quote
+            key = f"dedup-error/{shard.rank}"
+            shard.ticket.extra_keys.append(key)
+            shard.ticket.set(key, str(error))
+            note = [3, 0, 0, 0]
         elif isinstance(first, int) and isinstance(second, int):
             note = [2, sample_id, first, second]
         else:
@@ -287,7 +290,8 @@ def _dedup(shard: Shard, rows: dict[str, Tensor]) -> tuple[Tensor, int]:
         if found:
             where = f" (found by {shard.ticket.layout.describe(rank)} in {shard.what})"
             if found == 3:
-                msg = f"{shard.what}: deduplicating the sample ids failed on {shard.ticket.layout.describe(rank)}."
+                quoted = shard.ticket.get(f"dedup-error/{rank}").decode()
+                msg = f"{shard.what}: {shard.ticket.layout.describe(rank)} found: {quoted}"
                 raise ValueError(msg)
             if found == 2:
                 raise conflicting_id(sample_id, first, second, where)
