@@ -128,19 +128,27 @@ def conflicting_id(sample_id: int, first: object, second: object, where: str = "
     return err
 
 
-def copy_scores(rows: dict[str, Tensor]) -> Tensor:
+Scores = Tensor | tuple[Tensor, ...]  # one row of columns per key: a tensor, or tensors whose columns follow each other
+
+
+def copy_scores(rows: dict[str, Tensor]) -> Scores:
     """The row compared between copies of one id by :func:`dedup_by_id`: the scores, then the sample weight when
     the rows have one (copies with equal scores but different weights are not interchangeable: without the weight,
-    the first to arrive would be kept, and the value would depend on the order).
+    the first to arrive would be kept, and the value would depend on the order). Given as a pair, not
+    concatenated: only the rows of copies are ever read.
     """
-    scores = rows["preds"]
-    if "weight" not in rows:
-        return scores
-    n = rows["ids"].numel()
-    return torch.cat([scores.reshape(n, -1).double(), rows["weight"].reshape(n, -1).to(scores.device).double()], 1)
+    return (rows["preds"], rows["weight"]) if "weight" in rows else rows["preds"]
 
 
-def dedup_by_id(ids: Tensor, sub: Tensor, target: Tensor, scores: Tensor | None = None) -> Tensor:
+def _columns_at(scores: Scores, n: int, index: Tensor) -> Tensor:
+    """The score columns of the keys ``index`` (``(len(index), columns)``), float64 when the parts differ."""
+    if isinstance(scores, Tensor):
+        return scores.reshape(n, -1)[index.to(scores.device)].to(index.device)
+    parts = [s.reshape(n, -1)[index.to(s.device)].to(index.device) for s in scores]
+    return torch.cat([p.double() for p in parts], 1) if len({p.dtype for p in parts}) > 1 else torch.cat(parts, 1)
+
+
+def dedup_by_id(ids: Tensor, sub: Tensor, target: Tensor, scores: Scores | None = None) -> Tensor:
     """Indices that keep one copy of each ``(id, sub)`` key, ordered by key.
 
     **Which copy is kept** depends only on the copies themselves, never on rank, world size, batch size or order:
@@ -166,7 +174,7 @@ def dedup_by_id(ids: Tensor, sub: Tensor, target: Tensor, scores: Tensor | None 
     return torch.arange(ids.numel(), device=ids.device) if order is None else order
 
 
-def dedup_order(ids: Tensor, sub: Tensor, target: Tensor, scores: Tensor | None = None) -> Tensor | None:
+def dedup_order(ids: Tensor, sub: Tensor, target: Tensor, scores: Scores | None = None) -> Tensor | None:
     """:func:`dedup_by_id`, or ``None`` when its answer is every row in input order (each key once, already
     ascending: the common single-process epoch), so that the caller can skip the gathers.
     """
@@ -188,7 +196,8 @@ def dedup_order(ids: Tensor, sub: Tensor, target: Tensor, scores: Tensor | None 
     sorted_ids, sorted_sub = ids[order], sub[order]
     first = torch.ones_like(sorted_ids, dtype=torch.bool)
     first[1:] = (sorted_ids[1:] != sorted_ids[:-1]) | (sorted_sub[1:] != sorted_sub[:-1])
-    if scores is not None and scores.shape[0] == ids.shape[0] and not bool(first.all()):
+    parts = () if scores is None else (scores,) if isinstance(scores, Tensor) else scores
+    if parts and all(p.shape[0] == n for p in parts) and not bool(first.all()):
         # Copies exist: order them by (id, sub, scores...) so that the smallest copy of each key comes first. Only
         # the rows of repeated keys move, among themselves: their keys' positions stay, and within a key they start
         # in input order, so stable sorts by the scores give what sorting every row by (key, scores) gives.
@@ -197,7 +206,7 @@ def dedup_order(ids: Tensor, sub: Tensor, target: Tensor, scores: Tensor | None 
         at = torch.nonzero(repeated).flatten()
         rows = order[at]
         moved = torch.arange(rows.numel(), device=ids.device)
-        keys, widths = _copy_keys(ids, sub, scores.to(ids.device), rows)
+        keys, widths = _copy_keys(ids, sub, parts, rows)
         for column in [*reversed(keys), sub[rows], ids[rows]]:
             moved = moved[torch.sort(column[moved], stable=True).indices]
         if widths is not None:
@@ -219,7 +228,7 @@ def dedup_order(ids: Tensor, sub: Tensor, target: Tensor, scores: Tensor | None 
 _ABSENT = torch.iinfo(torch.int64).max  # the key of an element a shorter copy does not have: after every score
 
 
-def _copy_keys(ids: Tensor, sub: Tensor, scores: Tensor, rows: Tensor) -> tuple[list[Tensor], Tensor | None]:
+def _copy_keys(ids: Tensor, sub: Tensor, scores: Scores, rows: Tensor) -> tuple[list[Tensor], Tensor | None]:
     """The columns by which the copies of each key are ordered, for the elements ``rows``: their scores' order keys;
     for samples of several elements (one id per row of a 2-D input: ``sub`` is the element's position in its row,
     and a row's elements are consecutive), the rank of the whole sample the element belongs to, so that one whole
@@ -229,9 +238,8 @@ def _copy_keys(ids: Tensor, sub: Tensor, scores: Tensor, rows: Tensor) -> tuple[
     element after every value: one ``unique`` of the copies' rows, so memory and time stay linear in the copies.
     """
     n = ids.numel()
-    columns = scores.reshape(n, -1)
     if not bool(sub[rows].any()):
-        return _order_keys(columns[rows]), None
+        return _order_keys(_columns_at(scores, n, rows)), None
     # The samples: runs of consecutive elements of one id whose positions count up from 0.
     begins = torch.ones(n, dtype=torch.bool, device=ids.device)
     begins[1:] = (sub[1:].long() != sub[:-1].long() + 1) | (ids[1:] != ids[:-1])
@@ -242,7 +250,9 @@ def _copy_keys(ids: Tensor, sub: Tensor, scores: Tensor, rows: Tensor) -> tuple[
     span = int(width.max())
     at = (start[:, None] + torch.arange(span, device=ids.device)).clamp(max=n - 1)
     absent = torch.arange(span, device=ids.device) >= width[:, None]
-    keys = [k.reshape(at.shape).masked_fill(absent, _ABSENT) for k in _order_keys(columns[at.reshape(-1)])]
+    keys = [
+        k.reshape(at.shape).masked_fill(absent, _ABSENT) for k in _order_keys(_columns_at(scores, n, at.reshape(-1)))
+    ]
     rank = torch.unique(torch.cat(keys, dim=1), dim=0, return_inverse=True)[1]  # rows in lexicographic order
     return [rank[of_row]], width[of_row]
 
