@@ -236,11 +236,13 @@ def test_rows_with_weights_compare_every_score_before_the_weight() -> None:
         assert metric.compute().item() == pytest.approx(expected, abs=1e-7)
 
 
-def test_copies_of_one_id_as_rows_of_different_widths_are_an_error() -> None:
+@pytest.mark.parametrize("short", [[0.1, 0.45], [0.1]])
+def test_copies_of_one_id_as_rows_of_different_widths_are_an_error(short: list[float]) -> None:
+    """Also when the shorter copy has one element (only its element 0 has a twin)."""
     metric = VarlenAUROC()
     metric.update(torch.tensor([[0.4, 0.6, 0.9]]), torch.tensor([[0, 1, 1]]), sample_ids=torch.tensor([1]))
-    metric.update(torch.tensor([[0.1, 0.45]]), torch.tensor([[0, 1]]), sample_ids=torch.tensor([1]))
-    with pytest.raises(ValueError, match="Sample id 1 was seen as samples of 2 and of 3 elements"):
+    metric.update(torch.tensor([short]), torch.tensor([[0, 1][: len(short)]]), sample_ids=torch.tensor([1]))
+    with pytest.raises(ValueError, match=f"Sample id 1 was seen as samples of {len(short)} and of 3 elements"):
         metric.compute()
 
 

@@ -238,7 +238,7 @@ def _copy_keys(ids: Tensor, sub: Tensor, scores: Scores, rows: Tensor) -> tuple[
     element after every value: one ``unique`` of the copies' rows, so memory and time stay linear in the copies.
     """
     n = ids.numel()
-    if not bool(sub[rows].any()):
+    if not bool(sub.any()):  # every sample one element (a copy of width 1 against a wider one is a sample too)
         return _order_keys(_columns_at(scores, n, rows)), None
     # The samples: runs of consecutive elements of one id whose positions count up from 0.
     begins = torch.ones(n, dtype=torch.bool, device=ids.device)
