@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -104,7 +106,10 @@ def test_conflicting_targets_raise_in_compute() -> None:
             "`sample_ids` to be an integer tensor, one value per sample, but got dtype torch.float32",
         ),
         (torch.tensor([0, -1]), "`sample_ids` to be >= 0, but found -1"),
-        (torch.tensor([0, 1, 2]), r"`sample_ids` to have the sample shape \(2,\) or one value per row \(2,\)"),
+        (
+            torch.tensor([0, 1, 2]),
+            r"`sample_ids` to have shape \(2,\), one value per sample \(row\), but got \(3,\)\.$",
+        ),
         (torch.tensor([True, False]), "integer tensor"),
     ],
 )
@@ -112,6 +117,35 @@ def test_bad_ids_raise_and_leave_state_unchanged(ids: torch.Tensor, match: str) 
     metric = VarlenAUROC()
     with pytest.raises(ValueError, match=match):
         metric.update(torch.tensor([0.2, 0.4]), torch.tensor([0, 1]), sample_ids=ids)
+    assert metric.preds == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "preds", "ids", "match"),
+    [
+        # a multilabel row is one sample: one id per row, and the message names one shape, not the same one twice
+        (
+            {"task": "multilabel", "num_labels": 3},
+            torch.rand(2, 3),
+            torch.arange(6).reshape(2, 3),
+            r"`sample_ids` to have shape \(2,\), one value per sample \(row\), but got \(2, 3\)\.$",
+        ),
+        # 2-D binary scores: one id per element or one per row
+        (
+            {},
+            torch.rand(2, 3),
+            torch.arange(3),
+            r"`sample_ids` to have the sample shape \(2, 3\) or one value per row \(2,\), but got \(3,\)\.$",
+        ),
+    ],
+)
+def test_ids_of_a_wrong_shape_name_the_shapes_they_may_have(
+    kwargs: dict[str, Any], preds: torch.Tensor, ids: torch.Tensor, match: str
+) -> None:
+    metric = VarlenAUROC(**kwargs)
+    target = torch.randint(0, 2, preds.shape)
+    with pytest.raises(ValueError, match=match):
+        metric.update(preds, target, sample_ids=ids)
     assert metric.preds == []
     assert metric.ids == []
     assert metric.update_count == 0

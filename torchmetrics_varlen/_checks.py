@@ -498,10 +498,12 @@ def validate_sample_ids(
     if sample_ids.shape != shape:
         rows = shape[0] if len(shape) else 1
         if tuple(sample_ids.shape) != (rows,):
-            msg = (
-                f"Expected `{name}` to have the sample shape {tuple(shape)} or one value per row ({rows},),"
-                f" but got {tuple(sample_ids.shape)}."
-            )
+            got = tuple(sample_ids.shape)
+            if tuple(shape) == (rows,):  # a row is one sample (a score, or a multiclass / multilabel row)
+                msg = f"Expected `{name}` to have shape ({rows},), one value per sample (row), but got {got}."
+            else:
+                per_row = f"one value per row ({rows},)"
+                msg = f"Expected `{name}` to have the sample shape {tuple(shape)} or {per_row}, but got {got}."
             raise ValueError(msg)
     if not non_negative or not sample_ids.numel():
         return None

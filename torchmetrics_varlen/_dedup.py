@@ -121,7 +121,8 @@ def conflicting_id(sample_id: int, first: object, second: object, where: str = "
     err = ValueError(
         f"Sample id {sample_id} was seen twice with different targets ({first} and {second}){where}. Copies of one"
         " id must be the same sample: check that `sample_ids` are global dataset indices, not per-rank or per-batch"
-        " positions."
+        " positions, and that no tensor passed to update() was refilled afterwards (the exact mode keeps them, as"
+        " torchmetrics does: pass copies when reusing a buffer)."
     )
     for name, value in (("sample_id", sample_id), ("first", first), ("second", second)):
         setattr(err, name, value)
