@@ -32,6 +32,61 @@ from torchmetrics_varlen._dist.guard import identity_qualifier, new_identity
 
 _OWNED_KEY = "_varlen_owned_sum"  # see _held.owned_state
 
+# What torchmetrics' ``forward`` changes before it updates: its ``reset()`` empties the list states in place and
+# assigns new tensor states, and it sets the switches below; it puts them back only when the update and the batch's
+# compute succeed. ``forward_snapshot`` / ``restore_forward`` put them back when ``forward`` raises (a refused batch),
+# so that the states are exactly as before the call, as after a refused ``update``.
+_FORWARD_SWITCHES = (
+    "_update_count",
+    "_computed",
+    "_forward_cache",
+    "_to_sync",
+    "_should_unsync",
+    "_enable_grad",
+    "_is_synced",
+    "compute_on_cpu",
+)
+
+
+@dataclass
+class ForwardSnapshot:
+    """The states of a metric before its ``forward`` (list states: the list and its items; tensors: the tensor) and
+    its switches.
+    """
+
+    lists: dict[str, tuple[list[Any], list[Any]]]
+    tensors: dict[str, Any]
+    switches: dict[str, Any]
+
+
+def forward_snapshot(metric: Metric) -> ForwardSnapshot:
+    """What ``metric``'s ``forward`` replaces or empties (see above); reading each state first counts in what is
+    kept aside from it (host-side counters, held 16-bit batches).
+    """
+    values = {name: getattr(metric, name) for name in metric._defaults}
+    state = metric.__dict__
+    return ForwardSnapshot(
+        lists={name: (value, list(value)) for name, value in values.items() if isinstance(value, list)},
+        tensors={name: state[name] for name, value in values.items() if not isinstance(value, list)},
+        switches={name: state[name] for name in _FORWARD_SWITCHES if name in state},
+    )
+
+
+def restore_forward(metric: Metric, snapshot: ForwardSnapshot) -> None:
+    """Put back what :func:`forward_snapshot` saved (after a ``forward`` that raised): the same list objects with
+    their items (a compute group shares them), the same tensors, the switches.
+    """
+    state = metric.__dict__
+    for name, (value, items) in snapshot.lists.items():
+        value[:] = items
+        state[name] = value
+    state.update(snapshot.tensors)
+    state.update(snapshot.switches)
+    ledger = state.get("_ledger")
+    if ledger is not None:  # cached reads of the counters restored above (increments since then stay pending)
+        for name in snapshot.tensors:
+            ledger.known.pop(name, None)
+
 
 @dataclass
 class Payload:
@@ -208,10 +263,16 @@ class GuardedMetric(Metric):
 
     @torch.jit.unused
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        """Torchmetrics' ``forward``; the ``reset()`` it makes inside starts no new epoch of the metric's syncs."""
+        """Torchmetrics' ``forward``; the ``reset()`` it makes inside starts no new epoch of the metric's syncs, and
+        a call that raises (a refused batch) leaves the states as they were (torchmetrics' would leave them reset).
+        """
         self._sync_in_forward += 1
+        before = forward_snapshot(self)
         try:
             return super().forward(*args, **kwargs)
+        except BaseException:
+            restore_forward(self, before)
+            raise
         finally:
             self._sync_in_forward -= 1
 

@@ -227,6 +227,53 @@ def _columns(
     return expand_per_sample(extras, ids, sample_shape(task, preds, target), preds.device)
 
 
+# A collection's members check a batch before any of them takes it (``VarlenCollection``: all or nothing across
+# members): ``_CHECK_ONLY`` in a metric's ``__dict__`` makes its ``update`` only check, and ``_CHECKED`` keeps what the
+# checks found for the ``update`` that follows with the very same arguments, so the batch is validated once.
+CHECK_ONLY = "_varlen_check_only"
+CHECKED = "_varlen_checked"
+
+
+def check_only(
+    metric: Any,
+    preds: Tensor,
+    target: Tensor,
+    sample_ids: Tensor | None,
+    extras: dict[str, Tensor],
+    sample_weight: Tensor | None,
+) -> None:
+    """:func:`check_batch` for a member of a collection before any member takes the batch; raises as the update
+    would (a refusal counts nowhere: the collection counts it), and keeps the result for :func:`take_batch`.
+    """
+    in_unit = check_batch(metric, preds, target, sample_ids, extras, sample_weight)
+    metric.__dict__[CHECKED] = (preds, target, sample_ids, sample_weight, tuple(extras.values()), in_unit)
+
+
+def _checked_before(
+    metric: Any,
+    preds: Tensor,
+    target: Tensor,
+    sample_ids: Tensor | None,
+    extras: dict[str, Tensor],
+    sample_weight: Tensor | None,
+) -> tuple[bool, bool | None]:
+    """Whether :func:`check_only` checked these very arguments just before (and what it found); the record is
+    used once.
+    """
+    checked = metric.__dict__.pop(CHECKED, None)
+    if checked is None:
+        return False, None
+    same = (
+        checked[0] is preds
+        and checked[1] is target
+        and checked[2] is sample_ids
+        and checked[3] is sample_weight
+        and len(checked[4]) == len(extras)
+        and all(a is b for a, b in zip(checked[4], extras.values(), strict=True))
+    )
+    return same, checked[5]
+
+
 def take_batch(
     metric: Any,
     preds: Tensor,
@@ -243,7 +290,9 @@ def take_batch(
     """
     m, ledger = metric, metric._ledger
     try:
-        in_unit = check_batch(m, preds, target, sample_ids, extras, sample_weight)
+        checked, in_unit = _checked_before(m, preds, target, sample_ids, extras, sample_weight)
+        if not checked:
+            in_unit = check_batch(m, preds, target, sample_ids, extras, sample_weight)
     except (ValueError, TypeError):
         m._update_count -= 1  # the failed call must not count as an update either
         start = ledger.position(m) if start is None else start

@@ -14,7 +14,7 @@ from torchmetrics_varlen._dist.exchange import SyncRequest
 from torchmetrics_varlen._dist.group import GroupLayout, distributed_available
 from torchmetrics_varlen._dist.guard import new_identity
 from torchmetrics_varlen._guarded import GuardedMetric, Payload
-from torchmetrics_varlen._intake import batch_rows, cut_batch
+from torchmetrics_varlen._intake import CHECKED, batch_rows, cut_batch
 from torchmetrics_varlen._joint import sync_together
 from torchmetrics_varlen._ledger import Ledger, share_states
 from torchmetrics_varlen.wrappers import Varlen
@@ -120,8 +120,11 @@ class VarlenCollection(MetricCollection):
 
     # ------------------------------------------------------------------ batches
 
-    def _take(self, args: tuple[Any, ...], kwargs: dict[str, Any], call: Any) -> Any:
-        """Drop the batch's sampler padding (the ledger's rule) and pass it to ``call``; ``{}`` if all padding."""
+    def _take(self, args: tuple[Any, ...], kwargs: dict[str, Any], call: Any, forward: bool = False) -> Any:
+        """Drop the batch's sampler padding (the ledger's rule) and pass it to ``call`` (the collection's update, or
+        with ``forward`` its forward) after the metrics that will take the batch checked it (:meth:`_precheck`);
+        ``{}`` if all padding.
+        """
         ledger, ids = self._ledger, kwargs.get("sample_ids")
         self._ledger_info = None  # new rows: the last joint sync's counters are stale
         start, rows = ledger.position(self), batch_rows(args, kwargs)
@@ -136,19 +139,50 @@ class VarlenCollection(MetricCollection):
         out: Any = {}
         if kept or not rows:
             args, kwargs = cut_batch(args, kwargs, rows, kept)
+            checked: list[Any] = []
             try:
+                checked = self._precheck(args, kwargs, forward)
                 out = call(*args, **kwargs)
             except BaseException:  # refused by a metric: its rows decide no mode and count as rejected
                 ledger.reject(self, start, rows)
                 raise
+            finally:
+                for metric in checked:  # a check not used by its update (another member refused the batch)
+                    metric.__dict__.pop(CHECKED, None)
         self._mode = self._mode or ("ids" if ids is not None else "none")
         ledger.accept(self, start, rows, kept)
         return out
 
     _mode: str | None = None
 
+    def _precheck(self, args: tuple[Any, ...], kwargs: dict[str, Any], forward: bool) -> list[Any]:
+        """When several metrics (compute groups in ``update``, every metric in ``forward``) will take the batch, the
+        package's metrics among them check it first, so that one refusing it raises before any other has taken it
+        (all or nothing across members; a wrapped torchmetrics metric checks inside its own update). The metrics
+        checked.
+        """
+        if self._groups_checked and not forward:
+            takers = [getattr(self, group[0]) for group in self._groups.values()]
+        else:  # the first update: every metric takes it, then the groups are formed
+            takers = list(self.values(copy_state=False))
+        if len(takers) < 2:
+            return []
+        checked = []
+        try:
+            for metric in takers:
+                if getattr(metric, "_checkable", False):
+                    checked.append(metric)
+                    metric._precheck(args, metric._filter_kwargs(**kwargs))
+        except BaseException:
+            for metric in checked:  # the checks that passed: no update will use them
+                metric.__dict__.pop(CHECKED, None)
+            raise
+        return checked
+
     def update(self, *args: Any, **kwargs: Any) -> None:
-        """Drop the batch's sampler padding (``dataset_size``), then update every metric (or compute group)."""
+        """Drop the batch's sampler padding (``dataset_size``), then update every metric (or compute group): a batch
+        one of the package's metrics refuses reaches none of them.
+        """
         self._sync_version += 1
         self._in_update = True  # the compute groups' states are shared the cheap way (share_states)
         try:
@@ -176,7 +210,7 @@ class VarlenCollection(MetricCollection):
         only of padding reaches no metric and gives ``{}``.
         """
         self._sync_version += 1
-        out: dict[str, Any] = self._take(args, kwargs, super().forward)
+        out: dict[str, Any] = self._take(args, kwargs, super().forward, forward=True)
         return out
 
     def reset(self) -> None:

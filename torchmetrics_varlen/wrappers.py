@@ -15,7 +15,7 @@ from torchmetrics import Metric
 from torchmetrics_varlen._compat import set_grad_mode
 from torchmetrics_varlen._dedup import SyncReport
 from torchmetrics_varlen._dist.exchange import Gathered, Mode
-from torchmetrics_varlen._guarded import GuardedMetric, Payload
+from torchmetrics_varlen._guarded import GuardedMetric, Payload, forward_snapshot, restore_forward
 from torchmetrics_varlen._intake import (
     batch_rows,
     check_grown,
@@ -361,6 +361,7 @@ class Varlen(GuardedMetric):
             kept = ledger.kept_rows(ledger.position(self), rows, self.process_group)
             args, kwargs = cut_batch(args, kwargs, rows, kept)
         count = inner.__dict__["_update_count"]
+        snapshot = forward_snapshot(inner) if call is not None and (kept or not rows) else None
         try:
             value = None
             if rows and not kept:
@@ -371,6 +372,8 @@ class Varlen(GuardedMetric):
                 plan.update(inner, args, kwargs)
             plan.check_growth(inner, before, rows if ids is not None else None)
         except BaseException:
+            if snapshot is not None:  # torchmetrics' forward reset the states before its update raised
+                restore_forward(inner, snapshot)
             lengths = {name: n for name, n in zip(plan.names, before, strict=True) if n >= 0}
             for name, elements in list_states(inner).items():
                 del elements[lengths.get(name, 0) :]

@@ -20,7 +20,7 @@ from torchmetrics_varlen._checks import SCALAR_AVERAGES, TASKS, Average, Normali
 from torchmetrics_varlen._coalesce import count_piece
 from torchmetrics_varlen._dedup import SyncReport
 from torchmetrics_varlen._held import HeldHistogram, count_held, drop_held
-from torchmetrics_varlen._intake import stored_dedup_mode, stored_weight_mode, take_batch
+from torchmetrics_varlen._intake import CHECK_ONLY, check_only, stored_dedup_mode, stored_weight_mode, take_batch
 from torchmetrics_varlen._ledger import Ledger, host_counters
 from torchmetrics_varlen.classification._sync import _COUNTERS, SHARED_SYNCS, _SyncedMetric, choose_strategy
 from torchmetrics_varlen.functional._count import Mode, threshold_tensor
@@ -152,7 +152,26 @@ class _VarlenMetric(_SyncedMetric):
         sample_weight: Tensor | None = None,
     ) -> None:
         """Validate, drop sampler padding, format and append (or count) one batch; all or nothing (``_intake.py``)."""
+        if CHECK_ONLY in self.__dict__:  # a collection's check before any member takes the batch (_precheck)
+            check_only(self, preds, target, sample_ids, extras, sample_weight)
+            return
         take_batch(self, preds, target, sample_ids, extras, start, sample_weight)
+
+    # Whether ``update`` only binds its arguments and calls ``_update`` (nothing else happens before the checks), so
+    # that :meth:`_precheck` can run it in check-only mode.
+    _checkable = False
+
+    @torch.jit.unused
+    def _precheck(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Raise as ``update(*args, **kwargs)`` would for a batch this metric refuses, changing nothing; the checks'
+        result is kept for that update (the same argument objects), so the batch is validated once.
+        """
+        state = self.__dict__
+        state[CHECK_ONLY] = True
+        try:
+            type(self).update(self, *args, **kwargs)  # the class's own update: not torchmetrics' per-call wrapper
+        finally:
+            del state[CHECK_ONLY]
 
     @torch.jit.unused
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -195,6 +214,7 @@ class _RankingMetric(_VarlenMetric):
     """``update(preds, target, sample_ids=None)`` for the ranking metrics (AUROC, AP, curves, best F1)."""
 
     _weight_column = True  # the same row states in all of them, so that a MetricCollection groups them
+    _checkable = True
 
     def update(
         self,

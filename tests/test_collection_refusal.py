@@ -1,0 +1,148 @@
+"""A batch one member of a ``VarlenCollection`` refuses reaches none of them: the package's metrics check it before
+any member takes it, in ``update`` and ``forward``, so the loop can catch the error and go on with every member
+exact (one process, and on two ranks over several epochs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from _dist import DistPool
+from _float32 import f32
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+from torchmetrics_varlen import VarlenAUROC, VarlenAveragePrecision, VarlenBestF1, VarlenCollection
+
+
+def _batches(seed: int, count: int, size: int = 40) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(count):
+        target = torch.randint(0, 2, (size,), generator=gen)
+        out.append((torch.rand(size, generator=gen) * 0.7 + 0.3 * target, target))
+    return out
+
+
+def _reference(batches: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, float]:
+    preds = torch.cat([p for p, _ in batches]).double().numpy()
+    target = torch.cat([t for _, t in batches]).numpy()
+    return {"auroc": f32(roc_auc_score(target, preds)), "ap": f32(average_precision_score(target, preds))}
+
+
+def _mixed(order: tuple[str, ...]) -> VarlenCollection:
+    """AUROC ignoring the label -1, AP without ``ignore_index`` (it refuses -1): separate states, so both take every
+    batch (``compute_groups=False``), in ``order`` (a collection updates its members in the order of their names).
+    """
+    members = {"auroc": VarlenAUROC(ignore_index=-1, sync_timeout=20), "ap": VarlenAveragePrecision(sync_timeout=20)}
+    return VarlenCollection({f"{i}_{name}": members[name] for i, name in enumerate(order)}, compute_groups=False)
+
+
+def _values(metrics: VarlenCollection) -> dict[str, float]:
+    return {name.split("_", 1)[1]: float(value) for name, value in metrics.compute().items()}
+
+
+def _member(metrics: VarlenCollection, name: str) -> Any:
+    return next(metric for key, metric in metrics.items() if key.endswith(name))
+
+
+def _with_a_refused_label(batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    preds, target = batch
+    target = target.clone()
+    target[3] = -1
+    return preds, target
+
+
+@pytest.mark.parametrize("order", [("auroc", "ap"), ("ap", "auroc")])
+@pytest.mark.parametrize("call", ["update", "forward"])
+def test_a_batch_one_member_refuses_reaches_no_member(order: tuple[str, ...], call: str) -> None:
+    batches = _batches(0, 5)
+    metrics = _mixed(order)
+    step = metrics.update if call == "update" else metrics.forward
+    for i, batch in enumerate(batches):
+        step(*batch)
+        if i == 1:  # the AP member refuses the label -1 (its error); the AUROC member would have taken the batch
+            with pytest.raises(ValueError, match="target"):
+                step(*_with_a_refused_label(batches[4]))
+    values = _values(metrics)
+    expected = _reference(batches)
+    assert values["auroc"] == pytest.approx(expected["auroc"], abs=1e-7)
+    assert values["ap"] == pytest.approx(expected["ap"], abs=1e-7)
+    assert sum(p.numel() for p in _member(metrics, "auroc").preds) == sum(p.numel() for p, _ in batches)
+    assert metrics.sync_report.rejected == 40
+    assert metrics.sync_report.kept == 200
+
+
+def test_a_member_that_takes_no_weights_refuses_a_weighted_batch_for_all() -> None:
+    """The first batch has weights that best F1 does not take: AUROC does not keep it either, so the epoch goes on
+    without weights (before, AUROC had decided on a weighted epoch and refused every later batch).
+    """
+    batches = _batches(1, 3)
+    metrics = VarlenCollection({"auroc": VarlenAUROC(), "f1": VarlenBestF1()})
+    with pytest.raises(ValueError, match="does not take `sample_weight`"):
+        metrics.update(*batches[0], sample_weight=torch.ones(40))
+    assert metrics["auroc"].preds == []
+    for batch in batches:
+        metrics.update(*batch)
+    assert float(metrics.compute()["auroc"]) == pytest.approx(_reference(batches)["auroc"], abs=1e-7)
+
+
+def test_a_check_that_no_update_used_is_not_kept() -> None:
+    """A member checked the batch, then another refused it: the first keeps no record of the batch (its tensors are
+    not held, and the same tensors refilled with bad values and passed again are checked again).
+    """
+    metrics = _mixed(("auroc", "ap"))
+    preds, target = _with_a_refused_label(_batches(2, 1)[0])
+    with pytest.raises(ValueError, match="target"):  # AUROC checked it (and ignores -1), AP refused it
+        metrics.update(preds, target)
+    assert not [k for m in metrics.values() for k in vars(m) if k.startswith("_varlen_check")]
+    preds[0], target[3] = float("nan"), 1  # the same tensors refilled: now AUROC refuses them
+    with pytest.raises(ValueError, match="finite"):
+        metrics.update(preds, target)
+    assert _member(metrics, "auroc").preds == []
+
+
+def case_refused_then_exact(rank: int, world: int, call: str) -> list[dict[str, float]]:
+    """Three epochs; in the first, rank 1 gets a batch its AP member refuses, catches the error and goes on."""
+    metrics = _mixed(("auroc", "ap"))
+    step = metrics.update if call == "update" else metrics.forward
+    out = []
+    for epoch in range(3):
+        batches = _batches(100 * epoch + rank, 4)
+        for i, batch in enumerate(batches):
+            step(*batch)
+            if epoch == 0 and rank == 1 and i == 2:
+                with pytest.raises(ValueError, match="target"):
+                    step(*_with_a_refused_label(batch))
+        out.append(_values(metrics))
+        metrics.reset()
+    return out
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("call", ["update", "forward"])
+def test_a_refused_batch_on_one_rank_leaves_every_epoch_exact(pool: DistPool, call: str) -> None:
+    results = pool.values(case_refused_then_exact, 2, call)
+    for epoch in range(3):
+        expected = _reference([b for rank in range(2) for b in _batches(100 * epoch + rank, 4)])
+        for per_rank in results:
+            assert per_rank[epoch]["auroc"] == pytest.approx(expected["auroc"], abs=1e-7)
+            assert per_rank[epoch]["ap"] == pytest.approx(expected["ap"], abs=1e-7)
+
+
+def test_the_checks_run_once_per_member_and_batch(monkeypatch: Any) -> None:
+    """The members' own updates use the check made before (the same tensors): a batch is validated once."""
+    import torchmetrics_varlen._intake as intake
+
+    calls = []
+    original = intake.check_batch
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(type(args[0]).__name__)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(intake, "check_batch", counting)
+    metrics = _mixed(("auroc", "ap"))
+    metrics.update(*_batches(3, 1)[0])
+    assert sorted(calls) == ["VarlenAUROC", "VarlenAveragePrecision"]

@@ -1,0 +1,132 @@
+"""A batch that ``forward`` refuses leaves the metric as it was, as a refused ``update`` does.
+
+Torchmetrics' ``forward`` resets the states before it updates with the batch (then adds the old states back): when
+the update raised, the old states were lost and every later value was computed without them. Each case feeds good
+batches, one refused batch through ``forward``, and more good batches (``forward`` and ``update``), and must give
+bit for bit the value of the same metric fed the good batches only (and scikit-learn's AUROC).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from _float32 import f32
+from sklearn.metrics import roc_auc_score
+from torchmetrics.classification import BinaryAccuracy
+
+from torchmetrics_varlen import (
+    Varlen,
+    VarlenAUROC,
+    VarlenAUROCInterval,
+    VarlenAveragePrecision,
+    VarlenBestF1,
+    VarlenBootstrap,
+    VarlenGroupAUROC,
+    VarlenMulticlassAUROC,
+    VarlenROC,
+)
+
+Batch = tuple[tuple[torch.Tensor, ...], dict[str, Any]]
+
+
+def _binary(seed: int, size: int = 30) -> Batch:
+    gen = torch.Generator().manual_seed(seed)
+    target = torch.randint(0, 2, (size,), generator=gen)
+    target[:2] = torch.tensor([0, 1])
+    return (torch.rand(size, generator=gen) * 0.7 + 0.3 * target, target), {}
+
+
+def _with_ids(seed: int) -> Batch:
+    (preds, target), _ = _binary(seed)
+    return (preds, target), {"sample_ids": torch.arange(30) + 30 * seed}
+
+
+def _grouped(seed: int) -> Batch:
+    (preds, target), _ = _binary(seed)
+    return (preds, target, torch.arange(30) % 3), {}
+
+
+def _multiclass(seed: int) -> Batch:
+    gen = torch.Generator().manual_seed(seed)
+    target = torch.arange(30) % 3
+    return (torch.softmax(torch.randn(30, 3, generator=gen) + torch.eye(3)[target], dim=1), target), {}
+
+
+def _refused(batch: Batch) -> Batch:
+    """The same batch with a label the metric refuses (2 for binary, 7 for three classes)."""
+    args, kwargs = batch
+    target = args[1].clone()
+    target[5] = 7 if args[0].ndim == 2 else 2
+    return (args[0], target, *args[2:]), kwargs
+
+
+CASES: dict[str, tuple[Callable[[], Any], Callable[[int], Batch]]] = {
+    "auroc": (VarlenAUROC, _binary),
+    "auroc bfloat16": (lambda: VarlenAUROC(thresholds=torch.bfloat16), _binary),
+    "auroc binned": (lambda: VarlenAUROC(thresholds=11), _binary),
+    "auroc ids": (VarlenAUROC, _with_ids),
+    "ap": (VarlenAveragePrecision, _binary),
+    "roc": (VarlenROC, _binary),
+    "best f1": (VarlenBestF1, _binary),
+    "group auroc": (VarlenGroupAUROC, _grouped),
+    "multiclass auroc": (lambda: VarlenMulticlassAUROC(num_classes=3), _multiclass),
+    "auroc interval": (VarlenAUROCInterval, _binary),
+    "bootstrap": (lambda: VarlenBootstrap(VarlenAUROC(), num_bootstraps=20), _with_ids),
+    "Varlen(BinaryAccuracy)": (lambda: Varlen(BinaryAccuracy()), _binary),
+}
+
+
+def _flat(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _flat(v)]
+    return [t for v in value for t in _flat(v)]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_batch_forward_refuses_changes_nothing(name: str) -> None:
+    make, batch = CASES[name]
+    good = [batch(seed) for seed in range(5)]
+    metric, reference = make(), make()
+    for i, (args, kwargs) in enumerate(good):
+        if i == 2:
+            bad_args, bad_kwargs = _refused(batch(9))
+            with pytest.raises((ValueError, RuntimeError)):
+                metric(*bad_args, **bad_kwargs)
+        (metric if i % 2 else metric.forward)(*args, **kwargs) if i != 4 else metric.update(*args, **kwargs)
+        reference.update(*args, **kwargs)
+    got, expected = _flat(metric.compute()), _flat(reference.compute())
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected, strict=True):
+        assert torch.equal(a, b), name
+    if not isinstance(metric, Varlen):
+        assert metric.sync_report.rejected == 30
+        assert metric.sync_report.seen_per_rank == (150,)
+    assert metric._update_count == 5
+
+
+def test_the_value_after_a_refused_forward_is_scikit_learns() -> None:
+    metric = VarlenAUROC()
+    good = [_binary(seed)[0] for seed in range(4)]
+    metric(*good[0])
+    with pytest.raises(ValueError, match="target"):
+        metric(*_refused(_binary(9))[0])
+    for args in good[1:]:
+        metric(*args)
+    preds = torch.cat([p for p, _ in good]).double().numpy()
+    target = torch.cat([t for _, t in good]).numpy()
+    assert float(metric.compute()) == pytest.approx(f32(roc_auc_score(target, preds)), abs=1e-7)
+
+
+def test_a_refused_forward_restores_torchmetrics_switches() -> None:
+    """``forward`` sets ``compute_on_cpu`` off and its sync switches for the batch; a refused one puts them back."""
+    metric = VarlenAUROC(compute_on_cpu=True)
+    metric.update(*_binary(0)[0])
+    before = {k: getattr(metric, k) for k in ("compute_on_cpu", "_to_sync", "_should_unsync", "_enable_grad")}
+    with pytest.raises(ValueError, match="target"):
+        metric(*_refused(_binary(1))[0])
+    assert {k: getattr(metric, k) for k in before} == before
