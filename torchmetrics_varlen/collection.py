@@ -162,11 +162,13 @@ class VarlenCollection(MetricCollection):
         checked.
         """
         if self._groups_checked and not forward:
+            if len(self._groups) < 2:  # one compute group (AUROC, AP, curves): its first metric alone takes it
+                return []
             takers = [getattr(self, group[0]) for group in self._groups.values()]
         else:  # the first update: every metric takes it, then the groups are formed
             takers = list(self.values(copy_state=False))
-        if len(takers) < 2:
-            return []
+            if len(takers) < 2:
+                return []
         checked = []
         try:
             for metric in takers:
