@@ -130,3 +130,46 @@ def test_a_refused_forward_restores_torchmetrics_switches() -> None:
     with pytest.raises(ValueError, match="target"):
         metric(*_refused(_binary(1))[0])
     assert {k: getattr(metric, k) for k in before} == before
+
+
+@pytest.mark.parametrize(
+    ("make", "first", "switched", "match"),
+    [
+        # ids given by update(), then a forward without: the reset metric inside forward could not see the switch
+        (VarlenAUROC, {"sample_ids": torch.arange(30)}, {}, "no `sample_ids`"),
+        (VarlenAUROC, {}, {"sample_ids": torch.arange(30, 60)}, "has `sample_ids`"),
+        (VarlenAUROC, {"sample_weight": torch.ones(30)}, {}, "no `sample_weight`"),
+        (lambda: VarlenAUROC(thresholds=torch.bfloat16), {}, {"sample_weight": torch.ones(30)}, "has `sample_weight`"),
+    ],
+)
+def test_forward_refuses_a_switch_of_mode_within_an_epoch(
+    make: Callable[[], Any], first: dict[str, Any], switched: dict[str, Any], match: str
+) -> None:
+    args = _binary(0)[0]
+    metric, reference = make(), make()
+    metric.update(*args, **first)
+    reference.update(*args, **first)
+    with pytest.raises(ValueError, match=match):
+        metric(*_binary(1)[0], **switched)
+    assert torch.equal(metric.compute(), reference.compute())
+    assert metric.sync_report.rejected == 30
+
+
+def test_group_auroc_forward_refuses_ids_in_an_epoch_without_them() -> None:
+    metric = VarlenGroupAUROC()
+    metric.update(*_grouped(0)[0])
+    with pytest.raises(ValueError, match="has `sample_ids`"):
+        metric(*_grouped(1)[0], sample_ids=torch.arange(30))
+    assert metric.ids == []
+
+
+@pytest.mark.parametrize("thresholds", [None, torch.bfloat16, 11])
+def test_refused_forwards_are_reported_after_each_compute(thresholds: Any) -> None:
+    """A refused forward leaves no cached value behind: each compute() reports every refused row so far."""
+    metric = VarlenAUROC(thresholds=thresholds)
+    metric.update(*_binary(0)[0])
+    for k in range(1, 4):
+        with pytest.raises(ValueError, match="target"):
+            metric(*_refused(_binary(k))[0])
+        metric.compute()
+        assert metric.sync_report.rejected == 30 * k

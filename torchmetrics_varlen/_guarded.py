@@ -38,7 +38,6 @@ _OWNED_KEY = "_varlen_owned_sum"  # see _held.owned_state
 # so that the states are exactly as before the call, as after a refused ``update``.
 _FORWARD_SWITCHES = (
     "_update_count",
-    "_computed",
     "_forward_cache",
     "_to_sync",
     "_should_unsync",
@@ -74,7 +73,7 @@ def forward_snapshot(metric: Metric) -> ForwardSnapshot:
 
 def restore_forward(metric: Metric, snapshot: ForwardSnapshot) -> None:
     """Put back what :func:`forward_snapshot` saved (after a ``forward`` that raised): the same list objects with
-    their items (a compute group shares them), the same tensors, the switches.
+    their items (a compute group shares them), the same tensors, the switches; no cached value.
     """
     state = metric.__dict__
     for name, (value, items) in snapshot.lists.items():
@@ -82,6 +81,7 @@ def restore_forward(metric: Metric, snapshot: ForwardSnapshot) -> None:
         state[name] = value
     state.update(snapshot.tensors)
     state.update(snapshot.switches)
+    state["_computed"] = None  # as after a refused update: the next compute() reports the refused rows too
     ledger = state.get("_ledger")
     if ledger is not None:  # cached reads of the counters restored above (increments since then stay pending)
         for name in snapshot.tensors:

@@ -157,9 +157,18 @@ class _VarlenMetric(_SyncedMetric):
             return
         take_batch(self, preds, target, sample_ids, extras, start, sample_weight)
 
-    # Whether ``update`` only binds its arguments and calls ``_update`` (nothing else happens before the checks), so
-    # that :meth:`_precheck` can run it in check-only mode.
-    _checkable = False
+    # Whether ``update`` only binds its arguments, checks them without side effects in check-only mode
+    # (:meth:`_refused`) and calls ``_update``, so that :meth:`_precheck` can run it.
+    _checkable = True
+
+    def _refused(self, preds: Any, start: int | None, msg: str) -> ValueError:
+        """The error for a batch that ``update`` refuses before ``_update`` checks it; in a real update (not a
+        :meth:`_precheck`) the call counts as refused first, as in ``take_batch``.
+        """
+        if CHECK_ONLY not in self.__dict__:
+            self._update_count -= 1  # torchmetrics' update wrapper counted the call
+            self._ledger.reject(self, self._ledger.position(self) if start is None else start, _rows_of(preds))
+        return ValueError(msg)
 
     @torch.jit.unused
     def _precheck(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -177,6 +186,15 @@ class _VarlenMetric(_SyncedMetric):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Update with the batch and return its own value; sampler positions continue from the global state."""
         kwargs.setdefault("_start", self._ledger.position(self))
+        if self._checkable:
+            # Checked against the epoch's states: torchmetrics' forward updates a reset metric, where a switch of
+            # mode (ids, weights) could not be seen. The update inside uses this check (the same arguments).
+            try:
+                self._precheck(args, kwargs)
+            except (ValueError, TypeError):
+                self._computed = None  # as a refused update: the next compute() reports the refused rows
+                self._ledger.reject(self, kwargs["_start"], _rows_of(args[0] if args else kwargs.get("preds")))
+                raise
         self._in_forward = True  # the batch value is not an evaluation of the data set: no report, no warning
         try:
             value = super().forward(*args, **kwargs)
@@ -210,11 +228,15 @@ class _VarlenMetric(_SyncedMetric):
             self._update_count = 1  # loaded states are updates: compute() must not warn that none happened
 
 
+def _rows_of(preds: Any) -> int:
+    """The rows of a batch's ``preds`` (0 when it is not a tensor)."""
+    return (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
+
+
 class _RankingMetric(_VarlenMetric):
     """``update(preds, target, sample_ids=None)`` for the ranking metrics (AUROC, AP, curves, best F1)."""
 
     _weight_column = True  # the same row states in all of them, so that a MetricCollection groups them
-    _checkable = True
 
     def update(
         self,

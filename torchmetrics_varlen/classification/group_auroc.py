@@ -54,8 +54,6 @@ class VarlenGroupAUROC(_VarlenMetric):
         tensor(0.7500)
     """
 
-    _checkable = True  # update only binds its arguments and calls _update
-
     def __init__(
         self,
         weighting: Weighting = "samples",

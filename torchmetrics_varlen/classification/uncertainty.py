@@ -162,16 +162,12 @@ class VarlenAUROCComparison(_DeLongMetric):
             and tuple(target.shape) == (preds.shape[0],)
         )
         if not paired:
-            start = self._ledger.position(self) if _start is None else _start
-            self._update_count -= 1
-            rows = (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
-            self._ledger.reject(self, start, rows)
             shapes = [tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__ for x in (preds, target)]
             msg = (
                 f"{type(self).__name__}: expected `preds` of shape (N, 2) (model a, model b) and `target` of shape"
                 f" (N,), but got {shapes[0]} and {shapes[1]}. The batch was not added."
             )
-            raise ValueError(msg)
+            raise self._refused(preds, _start, msg)
         self._update(preds, target.unsqueeze(1).expand(-1, 2), sample_ids, {}, _start)
 
     def _value_from_wire(self, value: Any) -> Any:
@@ -327,15 +323,12 @@ class VarlenBootstrap(_VarlenMetric):
         """
         start = self._ledger.position(self) if _start is None else _start
         if sample_ids is None and self.dataset_size is None:
-            self._update_count -= 1
-            rows = (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
-            self._ledger.reject(self, start, rows)
             msg = (
                 f"VarlenBootstrap({self.metric_name}): a sample's multiplicities are seeded by its id or its sampler"
                 " position, so pass `sample_ids=` to update(), or give the wrapped metric `dataset_size=len(dataset)`"
                 f" (e.g. VarlenBootstrap({self.metric_name}(dataset_size=N)))."
             )
-            raise ValueError(msg)
+            raise self._refused(preds, start, msg)
         if sample_ids is not None:
             keys = sample_ids
         else:
