@@ -146,3 +146,51 @@ def test_the_checks_run_once_per_member_and_batch(monkeypatch: Any) -> None:
     metrics = _mixed(("auroc", "ap"))
     metrics.update(*_batches(3, 1)[0])
     assert sorted(calls) == ["VarlenAUROC", "VarlenAveragePrecision"]
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "batch"),
+    [
+        ({"ignore_index": -1}, {}, "ignored"),
+        ({"validate_args": False}, {}, "plain"),
+        ({"normalization": None}, {"normalization": "sigmoid"}, "logits"),
+        ({"dataset_size": 50}, {}, "plain"),
+    ],
+)
+def test_members_that_take_batches_by_other_rules_share_no_compute_group(
+    first: dict[str, Any], second: dict[str, Any], batch: str
+) -> None:
+    """Torchmetrics groups members whose states are equal after the first batch; a group's later batches reach its
+    first member only. Members whose settings change how a batch is stored are kept apart, so each keeps the value it
+    has alone (before, the AP member took AUROC's rules: a label -1 it refuses, logits left raw, padding dropped).
+    """
+    makers = {"a": lambda: VarlenAUROC(**first), "b": lambda: VarlenAveragePrecision(**second)}
+    metrics = VarlenCollection({name: make() for name, make in makers.items()})
+    taken = []
+    for i, (preds, target) in enumerate(_batches(4, 3)):
+        if i and batch == "logits":
+            preds = (preds - 0.5) * 8
+        if i and batch == "ignored":
+            target = target.clone()
+            target[0] = -1
+        if all(_takes(make(), preds, target) for make in makers.values()):
+            metrics.update(preds, target)
+            taken.append((preds, target))
+        else:  # one member alone refuses it: the collection refuses it whole
+            with pytest.raises(ValueError, match="target"):
+                metrics.update(preds, target)
+    assert len(metrics.compute_groups) == 2
+    values = metrics.compute()
+    for name, make in makers.items():
+        alone = make()
+        for preds, target in taken:
+            alone.update(preds, target)
+        assert float(values[name]) == float(alone.compute())
+
+
+def _takes(metric: Any, preds: torch.Tensor, target: torch.Tensor) -> bool:
+    try:
+        metric.update(preds, target)
+    except ValueError:
+        return False
+    return True

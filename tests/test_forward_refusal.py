@@ -13,11 +13,14 @@ from typing import Any
 
 import pytest
 import torch
+from _dist import DistPool
 from _float32 import f32
 from sklearn.metrics import roc_auc_score
+from torchmetrics import Metric
 from torchmetrics.classification import BinaryAccuracy
 
 from torchmetrics_varlen import (
+    MetricSyncError,
     Varlen,
     VarlenAUROC,
     VarlenAUROCInterval,
@@ -173,3 +176,90 @@ def test_refused_forwards_are_reported_after_each_compute(thresholds: Any) -> No
             metric(*_refused(_binary(k))[0])
         metric.compute()
         assert metric.sync_report.rejected == 30 * k
+
+
+class _MeanOfTwoOrMore(Metric):
+    """A metric whose forward takes its own states first (``full_state_update``, adding in place) and whose value
+    needs two samples: a one-sample batch passes the update and fails the batch's value.
+    """
+
+    full_state_update = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("total", torch.tensor(0.0), dist_reduce_fx="sum")
+        self.add_state("n", torch.tensor(0), dist_reduce_fx="sum")
+
+    def update(self, x: torch.Tensor) -> None:
+        self.total += x.sum()
+        self.n += x.numel()
+
+    def compute(self) -> torch.Tensor:
+        if self.n < 2:
+            msg = "needs two values"
+            raise ValueError(msg)
+        return self.total / self.n
+
+
+def test_a_wrapped_metric_that_updates_in_place_is_put_back_when_forward_raises() -> None:
+    metric = Varlen(_MeanOfTwoOrMore())
+    metric.update(torch.tensor([1.0, 3.0]))
+    with pytest.raises(ValueError, match="two values"):
+        metric(torch.tensor([100.0]))
+    assert float(metric.compute()) == 2.0
+    assert metric.sync_report.rejected == 1
+
+
+def test_a_batch_whose_own_value_fails_is_not_kept_and_counts_as_rejected() -> None:
+    """The update takes the batch, then its own value fails (a sample id with two targets within the batch): the
+    batch is not kept, and its rows count as rejected, not as seen (the report matches the states).
+    """
+    metric = VarlenAUROC()
+    metric.update(torch.tensor([0.1, 0.9, 0.4, 0.6]), torch.tensor([0, 1, 0, 1]), sample_ids=torch.arange(4))
+    with pytest.raises(ValueError, match="Sample id 10 was seen twice"):
+        metric(torch.tensor([0.3, 0.8, 0.5]), torch.tensor([1, 0, 0]), sample_ids=torch.tensor([10, 11, 10]))
+    assert float(metric.compute()) == 1.0
+    report = metric.sync_report
+    assert (report.seen_per_rank, report.kept, report.rejected) == ((4,), 4, 3)
+    metric(torch.tensor([0.3, 0.2]), torch.tensor([1, 0]), sample_ids=torch.tensor([4, 5]))
+    preds, target = [0.1, 0.9, 0.4, 0.6, 0.3, 0.2], [0, 1, 0, 1, 1, 0]
+    assert float(metric.compute()) == pytest.approx(f32(roc_auc_score(target, preds)), abs=1e-7)
+
+
+def case_uneven_batch_syncs(rank: int, world: int) -> list[Any]:
+    """``dist_sync_on_step=True`` (a sync per forward): rank 0 has one batch more in the first epoch."""
+    metric = VarlenAUROC(dist_sync_on_step=True, sync_timeout=5)
+    out: list[Any] = []
+    for epoch in range(2):
+        for k in range(3):
+            if epoch == 0 and rank == 1 and k == 1:
+                continue
+            try:
+                metric(*_binary(100 * epoch + 10 * rank + k, size=8)[0])
+                out.append("ok")
+            except MetricSyncError:
+                out.append(f"error e{epoch}k{k}")
+        out.append(float(metric.compute()))
+        metric.reset()
+    return out
+
+
+@pytest.mark.distributed
+def test_a_rank_with_one_batch_sync_more_fails_that_batch_not_the_epoch(pool: DistPool) -> None:
+    """Before, the batch syncs and compute()'s were placed in one sequence: rank 1's compute() paired with rank 0's
+    third batch and returned another value than rank 0's, silently. Now rank 0's extra batch fails on its own (and
+    is not kept), and both ranks compute the same, exact value.
+    """
+    first, second = pool.values(case_uneven_batch_syncs, 2)
+    assert first[:3] == ["ok", "ok", "error e0k2"]
+    assert second[:2] == ["ok", "ok"]
+    kept = [(0, 0), (0, 1), (1, 0), (1, 2)]
+    for out, epoch_values in ((first, (first[3], first[7])), (second, (second[2], second[6]))):
+        batches = [_binary(10 * r + k, size=8)[0] for r, k in kept]
+        preds = torch.cat([p for p, _ in batches]).double().numpy()
+        target = torch.cat([t for _, t in batches]).numpy()
+        assert epoch_values[0] == pytest.approx(f32(roc_auc_score(target, preds)), abs=1e-7), out
+        batches = [_binary(100 + 10 * r + k, size=8)[0] for r in range(2) for k in range(3)]
+        preds = torch.cat([p for p, _ in batches]).double().numpy()
+        target = torch.cat([t for _, t in batches]).numpy()
+        assert epoch_values[1] == pytest.approx(f32(roc_auc_score(target, preds)), abs=1e-7), out

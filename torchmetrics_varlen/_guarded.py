@@ -60,13 +60,19 @@ class ForwardSnapshot:
 
 def forward_snapshot(metric: Metric) -> ForwardSnapshot:
     """What ``metric``'s ``forward`` replaces or empties (see above); reading each state first counts in what is
-    kept aside from it (host-side counters, held 16-bit batches).
+    kept aside from it (host-side counters, held 16-bit batches). A metric whose ``forward`` first updates its own
+    states (torchmetrics' full-state path, which may add to its tensors in place) has them copied.
     """
     values = {name: getattr(metric, name) for name in metric._defaults}
     state = metric.__dict__
+    in_place = metric.full_state_update is not False or metric.dist_sync_on_step
     return ForwardSnapshot(
         lists={name: (value, list(value)) for name, value in values.items() if isinstance(value, list)},
-        tensors={name: state[name] for name, value in values.items() if not isinstance(value, list)},
+        tensors={
+            name: state[name].clone() if in_place and isinstance(state[name], Tensor) else state[name]
+            for name, value in values.items()
+            if not isinstance(value, list)
+        },
         switches={name: state[name] for name in _FORWARD_SWITCHES if name in state},
     )
 
@@ -83,9 +89,18 @@ def restore_forward(metric: Metric, snapshot: ForwardSnapshot) -> None:
     state.update(snapshot.switches)
     state["_computed"] = None  # as after a refused update: the next compute() reports the refused rows too
     ledger = state.get("_ledger")
-    if ledger is not None:  # cached reads of the counters restored above (increments since then stay pending)
-        for name in snapshot.tensors:
+    if ledger is not None:
+        for name in snapshot.tensors:  # cached reads of the counters restored above
             ledger.known.pop(name, None)
+        if ledger.counters is not None:
+            # The counters were read (so written) by the snapshot: what is pending came from this call. Every row it
+            # dealt (taken by the update, then lost with the batch's value, or refused) counts as rejected: the
+            # sampler positions move on as they did, and no row is reported that the states do not hold.
+            seen, padding, rejected = ledger.counters
+            dealt = ledger.pending.get(seen, 0) + ledger.pending.get(rejected, 0)
+            for name in (seen, padding, rejected, "num_samples"):
+                ledger.pending.pop(name, None)
+            ledger.bump(rejected, dealt)
 
 
 @dataclass
@@ -249,7 +264,9 @@ class GuardedMetric(Metric):
     def _request(self, process_group: Any | None) -> SyncRequest:
         return SyncRequest(
             layout=GroupLayout.of(process_group or self.process_group),
-            identity=self._sync_identity,
+            # forward()'s batch syncs (dist_sync_on_step) are placed apart from compute()'s: a rank with one batch
+            # more or less then fails that batch's sync, and never pairs its batch with another rank's compute()
+            identity=self._sync_identity + ("#step" if self._sync_in_forward else ""),
             config=self._config,
             timeout=self.sync_timeout,
             what=f"{self._sync_name()}.compute()",

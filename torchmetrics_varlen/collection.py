@@ -14,7 +14,7 @@ from torchmetrics_varlen._dist.exchange import SyncRequest
 from torchmetrics_varlen._dist.group import GroupLayout, distributed_available
 from torchmetrics_varlen._dist.guard import new_identity
 from torchmetrics_varlen._guarded import GuardedMetric, Payload
-from torchmetrics_varlen._intake import CHECKED, batch_rows, cut_batch
+from torchmetrics_varlen._intake import CHECKED, batch_rows, cut_batch, inner_config
 from torchmetrics_varlen._joint import sync_together
 from torchmetrics_varlen._ledger import Ledger, share_states
 from torchmetrics_varlen.wrappers import Varlen
@@ -194,6 +194,15 @@ class VarlenCollection(MetricCollection):
 
     _in_update = False
 
+    @staticmethod
+    def _equal_metric_states(metric1: Metric, metric2: Metric) -> bool:
+        """As torchmetrics (equal states after the first batch), and only between metrics that turn a batch into
+        states by the same rules (:func:`_same_intake`): a compute group's later batches are taken by its first
+        metric alone, so a member with another ``ignore_index``, ``normalization``, ``validate_args`` or
+        ``dataset_size`` would get them by the first one's rules (refusals and values changed silently).
+        """
+        return _same_intake(metric1, metric2) and MetricCollection._equal_metric_states(metric1, metric2)
+
     def _compute_groups_create_state_ref(self, copy: bool = False) -> None:
         """Torchmetrics' (every member of a compute group takes the first member's states); per update without a
         ``setattr`` per state: :func:`~torchmetrics_varlen._ledger.share_states`.
@@ -315,3 +324,26 @@ class VarlenCollection(MetricCollection):
             metric._computed = None
             metric._pending_sync = results[name]
         return [metric for _, metric in members]
+
+
+# The settings of the package's metrics that decide how ``update`` turns a batch into states (``max_fpr``,
+# ``average`` and the like only change what ``compute`` makes of them: metrics differing there still share).
+_INTAKE = ("task", "num_classes", "num_labels", "ignore_index", "normalization", "validate_args", "mode")
+
+
+def _same_intake(metric1: Metric, metric2: Metric) -> bool:
+    """Whether two members take a batch by the same rules: the package's metrics by their :data:`_INTAKE` settings,
+    their ``update`` and ``dataset_size``; wrapped torchmetrics metrics by the public settings both have (so that
+    ``BinaryAccuracy`` and ``BinaryF1Score`` with the same threshold still share their states) and ``dataset_size``.
+    """
+    if isinstance(metric1, Varlen) != isinstance(metric2, Varlen):
+        return False
+    sizes = {getattr(getattr(m, "_ledger", None), "dataset_size", None) for m in (metric1, metric2)}
+    if len(sizes) > 1:
+        return False
+    if isinstance(metric1, Varlen) and isinstance(metric2, Varlen):
+        first, second = inner_config(metric1.metric), inner_config(metric2.metric)
+        return all(first[key] == second[key] for key in first.keys() & second.keys())
+    if type(metric1).update is not type(metric2).update:
+        return False
+    return all(getattr(metric1, key, None) == getattr(metric2, key, None) for key in _INTAKE)
