@@ -12,6 +12,7 @@ import torch
 from _dist import DistPool
 from _float32 import f32
 from sklearn.metrics import average_precision_score, roc_auc_score
+from torchmetrics.classification import BinaryAUROC
 
 from torchmetrics_varlen import VarlenAUROC, VarlenAveragePrecision, VarlenBestF1, VarlenCollection
 
@@ -194,3 +195,20 @@ def _takes(metric: Any, preds: torch.Tensor, target: torch.Tensor) -> bool:
     except ValueError:
         return False
     return True
+
+
+@pytest.mark.parametrize("names", [("a_wrapped", "b_package"), ("b_wrapped", "a_package")])
+def test_a_forward_that_fails_after_its_update_leaves_every_member_as_it_was(names: tuple[str, str]) -> None:
+    """The package's metric takes the batch, then its value fails (a sample id with two targets within the batch);
+    the wrapped torchmetrics metric, whichever comes first, must not keep it (before, it did when it came first, and
+    every later compute() of the epoch failed on the conflicting id).
+    """
+    preds, target = _batches(5, 1)[0]
+    metrics = VarlenCollection({names[0]: BinaryAUROC(), names[1]: VarlenAUROC()})
+    metrics.update(preds, target, sample_ids=torch.arange(40))
+    with pytest.raises(ValueError, match="Sample id 50 was seen twice"):
+        metrics(preds[:4], torch.tensor([0, 1, 0, 1]), sample_ids=torch.tensor([50, 50, 51, 52]))
+    expected = _reference([(preds, target)])["auroc"]
+    for value in metrics.compute().values():
+        assert float(value) == pytest.approx(expected, abs=1e-7)
+    assert metrics.sync_report.rejected == 4

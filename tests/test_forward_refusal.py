@@ -240,6 +240,7 @@ def case_uneven_batch_syncs(rank: int, world: int) -> list[Any]:
             except MetricSyncError:
                 out.append(f"error e{epoch}k{k}")
         out.append(float(metric.compute()))
+        out.append(metric.sync_report.rejected)  # the failed batch's rows: rejected, not seen
         metric.reset()
     return out
 
@@ -254,7 +255,8 @@ def test_a_rank_with_one_batch_sync_more_fails_that_batch_not_the_epoch(pool: Di
     assert first[:3] == ["ok", "ok", "error e0k2"]
     assert second[:2] == ["ok", "ok"]
     kept = [(0, 0), (0, 1), (1, 0), (1, 2)]
-    for out, epoch_values in ((first, (first[3], first[7])), (second, (second[2], second[6]))):
+    assert (first[4], first[9], second[3], second[8]) == (8, 0, 8, 0)
+    for out, epoch_values in ((first, (first[3], first[8])), (second, (second[2], second[7]))):
         batches = [_binary(10 * r + k, size=8)[0] for r, k in kept]
         preds = torch.cat([p for p, _ in batches]).double().numpy()
         target = torch.cat([t for _, t in batches]).numpy()

@@ -56,6 +56,7 @@ class ForwardSnapshot:
     lists: dict[str, tuple[list[Any], list[Any]]]
     tensors: dict[str, Any]
     switches: dict[str, Any]
+    own: list[int] | None = None  # a ledger that keeps its own counters (``Varlen``): its counts before the call
 
 
 def forward_snapshot(metric: Metric) -> ForwardSnapshot:
@@ -63,23 +64,26 @@ def forward_snapshot(metric: Metric) -> ForwardSnapshot:
     kept aside from it (host-side counters, held 16-bit batches). A metric whose ``forward`` first updates its own
     states (torchmetrics' full-state path, which may add to its tensors in place) has them copied.
     """
-    values = {name: getattr(metric, name) for name in metric._defaults}
     state = metric.__dict__
+    # the states the metric holds itself (``Varlen`` reads its wrapped metric's: that one is snapshot on its own)
+    values = {name: getattr(metric, name) for name in metric._defaults if name in state}
     in_place = metric.full_state_update is not False or metric.dist_sync_on_step
     return ForwardSnapshot(
         lists={name: (value, list(value)) for name, value in values.items() if isinstance(value, list)},
         tensors={
-            name: state[name].clone() if in_place and isinstance(state[name], Tensor) else state[name]
+            name: value.clone() if in_place and isinstance(value, Tensor) else value
             for name, value in values.items()
             if not isinstance(value, list)
         },
         switches={name: state[name] for name in _FORWARD_SWITCHES if name in state},
+        own=list(ledger.own) if (ledger := state.get("_ledger")) is not None and ledger.counters is None else None,
     )
 
 
-def restore_forward(metric: Metric, snapshot: ForwardSnapshot) -> None:
+def restore_forward(metric: Metric, snapshot: ForwardSnapshot, rows: int | None = None) -> None:
     """Put back what :func:`forward_snapshot` saved (after a ``forward`` that raised): the same list objects with
-    their items (a compute group shares them), the same tensors, the switches; no cached value.
+    their items (a compute group shares them), the same tensors, the switches; no cached value. The call's ``rows``
+    (``None``: what its ledger counted since the snapshot) count as rejected.
     """
     state = metric.__dict__
     for name, (value, items) in snapshot.lists.items():
@@ -92,15 +96,20 @@ def restore_forward(metric: Metric, snapshot: ForwardSnapshot) -> None:
     if ledger is not None:
         for name in snapshot.tensors:  # cached reads of the counters restored above
             ledger.known.pop(name, None)
+        # Every row the call dealt (taken by the update, then lost with the batch's value, or refused) counts as
+        # rejected: the sampler positions move on as they did, and no row is reported that the states do not hold.
         if ledger.counters is not None:
-            # The counters were read (so written) by the snapshot: what is pending came from this call. Every row it
-            # dealt (taken by the update, then lost with the batch's value, or refused) counts as rejected: the
-            # sampler positions move on as they did, and no row is reported that the states do not hold.
+            # The counters were read (so written) by the snapshot: what is pending came from this call (unless a
+            # batch sync inside it wrote them again: then ``rows`` says how many rows it dealt).
             seen, padding, rejected = ledger.counters
-            dealt = ledger.pending.get(seen, 0) + ledger.pending.get(rejected, 0)
+            dealt = ledger.pending.get(seen, 0) + ledger.pending.get(rejected, 0) if rows is None else rows
             for name in (seen, padding, rejected, "num_samples"):
                 ledger.pending.pop(name, None)
             ledger.bump(rejected, dealt)
+        elif snapshot.own is not None:
+            before, now = snapshot.own, ledger.own
+            dealt = now[0] - before[0] + now[2] - before[2] if rows is None else rows
+            ledger.own = [before[0], before[1], before[2] + dealt]
 
 
 @dataclass
@@ -269,7 +278,7 @@ class GuardedMetric(Metric):
             identity=self._sync_identity + ("#step" if self._sync_in_forward else ""),
             config=self._config,
             timeout=self.sync_timeout,
-            what=f"{self._sync_name()}.compute()",
+            what=f"{self._sync_name()}.{'forward' if self._sync_in_forward else 'compute'}()",
             fix=self._sync_fix(),
             epoch=self._sync_epoch,
             # forward()'s batch value (dist_sync_on_step) syncs one batch each time: always new states
@@ -288,10 +297,14 @@ class GuardedMetric(Metric):
         try:
             return super().forward(*args, **kwargs)
         except BaseException:
-            restore_forward(self, before)
+            restore_forward(self, before, self._forward_rows(args, kwargs))
             raise
         finally:
             self._sync_in_forward -= 1
+
+    def _forward_rows(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+        """The rows (sampler positions) of a ``forward`` call's batch; ``None``: not known here."""
+        return None
 
     def reset(self) -> None:
         """Torchmetrics' ``reset``; each call (outside ``forward``) starts a new epoch of the metric's syncs, so that

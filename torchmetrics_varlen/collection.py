@@ -13,7 +13,7 @@ from torchmetrics_varlen._dedup import SyncReport
 from torchmetrics_varlen._dist.exchange import SyncRequest
 from torchmetrics_varlen._dist.group import GroupLayout, distributed_available
 from torchmetrics_varlen._dist.guard import new_identity
-from torchmetrics_varlen._guarded import GuardedMetric, Payload
+from torchmetrics_varlen._guarded import GuardedMetric, Payload, forward_snapshot, restore_forward
 from torchmetrics_varlen._intake import CHECKED, batch_rows, cut_batch, inner_config
 from torchmetrics_varlen._joint import sync_together
 from torchmetrics_varlen._ledger import Ledger, share_states
@@ -221,7 +221,15 @@ class VarlenCollection(MetricCollection):
         only of padding reaches no metric and gives ``{}``.
         """
         self._sync_version += 1
-        out: dict[str, Any] = self._take(args, kwargs, super().forward, forward=True)
+        # Each metric's forward puts itself back when it raises, but the metrics before it had taken the batch (a
+        # failure after the checks: its value, a batch sync): every metric is put back then.
+        before = [(m, forward_snapshot(m)) for metric in self.values(copy_state=False) for m in _with_inner(metric)]
+        try:
+            out: dict[str, Any] = self._take(args, kwargs, super().forward, forward=True)
+        except BaseException:
+            for metric, snapshot in before:
+                restore_forward(metric, snapshot)
+            raise
         return out
 
     def reset(self) -> None:
@@ -347,3 +355,8 @@ def _same_intake(metric1: Metric, metric2: Metric) -> bool:
     if type(metric1).update is not type(metric2).update:
         return False
     return all(getattr(metric1, key, None) == getattr(metric2, key, None) for key in _INTAKE)
+
+
+def _with_inner(metric: Metric) -> list[Metric]:
+    """A collection's metric, and for ``Varlen`` the torchmetrics metric it wraps (which holds the states)."""
+    return [metric, metric.metric] if isinstance(metric, Varlen) else [metric]

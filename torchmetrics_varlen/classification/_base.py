@@ -182,6 +182,9 @@ class _VarlenMetric(_SyncedMetric):
         finally:
             del state[CHECK_ONLY]
 
+    def _forward_rows(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+        return _rows_of(args[0] if args else kwargs.get("preds"))
+
     @torch.jit.unused
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Update with the batch and return its own value; sampler positions continue from the global state."""
