@@ -20,7 +20,14 @@ from torchmetrics_varlen._checks import SCALAR_AVERAGES, TASKS, Average, Normali
 from torchmetrics_varlen._coalesce import count_piece
 from torchmetrics_varlen._dedup import SyncReport
 from torchmetrics_varlen._held import HeldHistogram, count_held, drop_held
-from torchmetrics_varlen._intake import CHECK_ONLY, check_only, stored_dedup_mode, stored_weight_mode, take_batch
+from torchmetrics_varlen._intake import (
+    CHECK_ONLY,
+    CHECKED,
+    check_only,
+    stored_dedup_mode,
+    stored_weight_mode,
+    take_batch,
+)
 from torchmetrics_varlen._ledger import Ledger, host_counters
 from torchmetrics_varlen.classification._sync import _COUNTERS, SHARED_SYNCS, _SyncedMetric, choose_strategy
 from torchmetrics_varlen.functional._count import Mode, threshold_tensor
@@ -189,7 +196,7 @@ class _VarlenMetric(_SyncedMetric):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Update with the batch and return its own value; sampler positions continue from the global state."""
         kwargs.setdefault("_start", self._ledger.position(self))
-        if self._checkable:
+        if self._checkable and CHECKED not in self.__dict__:  # (a collection's forward has checked it already)
             # Checked against the epoch's states: torchmetrics' forward updates a reset metric, where a switch of
             # mode (ids, weights) could not be seen. The update inside uses this check (the same arguments).
             try:
