@@ -7,6 +7,7 @@ positions, padding cut, ids range and dedup mode are the ledger's (``_ledger.py`
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import torch
@@ -228,10 +229,17 @@ def _columns(
 
 
 # A collection's members check a batch before any of them takes it (``VarlenCollection``: all or nothing across
-# members): ``_CHECK_ONLY`` in a metric's ``__dict__`` makes its ``update`` only check, and ``_CHECKED`` keeps what the
-# checks found for the ``update`` that follows with the very same arguments, so the batch is validated once.
+# members): ``CHECK_ONLY`` in a metric's ``__dict__`` makes its ``update`` only check, and ``CHECKED`` keeps what the
+# checks found for the ``update`` that follows with the very same argument objects, so the batch is validated once.
 CHECK_ONLY = "_varlen_check_only"
 CHECKED = "_varlen_checked"
+
+
+def _arguments(
+    preds: Tensor, target: Tensor, sample_ids: Tensor | None, extras: dict[str, Tensor], weight: Tensor | None
+) -> tuple[Any, ...]:
+    """A batch's argument objects, as :func:`check_only` records them and :func:`take_batch` compares them."""
+    return (preds, target, sample_ids, weight, *extras.values())
 
 
 def check_only(
@@ -246,32 +254,7 @@ def check_only(
     would (a refusal counts nowhere: the collection counts it), and keeps the result for :func:`take_batch`.
     """
     in_unit = check_batch(metric, preds, target, sample_ids, extras, sample_weight)
-    metric.__dict__[CHECKED] = (preds, target, sample_ids, sample_weight, tuple(extras.values()), in_unit)
-
-
-def _checked_before(
-    metric: Any,
-    preds: Tensor,
-    target: Tensor,
-    sample_ids: Tensor | None,
-    extras: dict[str, Tensor],
-    sample_weight: Tensor | None,
-) -> tuple[bool, bool | None]:
-    """Whether :func:`check_only` checked these very arguments just before (and what it found); the record is
-    used once.
-    """
-    checked = metric.__dict__.pop(CHECKED, None)
-    if checked is None:
-        return False, None
-    same = (
-        checked[0] is preds
-        and checked[1] is target
-        and checked[2] is sample_ids
-        and checked[3] is sample_weight
-        and len(checked[4]) == len(extras)
-        and all(a is b for a, b in zip(checked[4], extras.values(), strict=True))
-    )
-    return same, checked[5]
+    metric.__dict__[CHECKED] = (_arguments(preds, target, sample_ids, extras, sample_weight), in_unit)
 
 
 def take_batch(
@@ -290,8 +273,11 @@ def take_batch(
     """
     m, ledger = metric, metric._ledger
     try:
-        checked, in_unit = _checked_before(m, preds, target, sample_ids, extras, sample_weight)
-        if not checked:
+        checked = m.__dict__.pop(CHECKED, None)  # used once: by the update right after the check
+        given = _arguments(preds, target, sample_ids, extras, sample_weight)
+        if checked is not None and len(checked[0]) == len(given) and all(map(operator.is_, checked[0], given)):
+            in_unit = checked[1]
+        else:
             in_unit = check_batch(m, preds, target, sample_ids, extras, sample_weight)
     except (ValueError, TypeError):
         m._update_count -= 1  # the failed call must not count as an update either
