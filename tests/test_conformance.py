@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from _float32 import f32
+from _float32 import expit, f32, softmax
 from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score, roc_curve
 from torch import Tensor
 from torchmetrics import Metric
@@ -142,12 +142,14 @@ def _run_both(ours: Metric, theirs: Metric, preds: Tensor, target: Tensor, targe
 
 
 def _normalised(preds: Tensor, target: Tensor, ignore_index: int | None) -> tuple[Tensor, Tensor]:
-    """One binary batch as torchmetrics stores it: flattened, ignored positions dropped, logits sigmoided."""
+    """One binary batch as torchmetrics stores it: flattened, ignored positions dropped, logits sigmoided (by the
+    package's one rule: the float64 sigmoid rounded once, where torch's float32 sigmoid moves a bit by position).
+    """
     p, t = preds.reshape(-1), target.reshape(-1)
     if ignore_index is not None:
         p, t = p[t != ignore_index], t[t != ignore_index]
     if not bool(((p >= 0) & (p <= 1)).all()):
-        p = p.sigmoid()
+        p = expit(p)
     return p, t
 
 
@@ -280,9 +282,9 @@ def test_normalization_argument(name: str, normalization: str | None) -> None:
 
 def test_varlen_only_logits_stay_raw_with_normalization_none() -> None:
     """``normalization=None`` on VarlenAUROC (BinaryAUROC has no such argument): logits ranked as they are, so
-    logits that a float32 sigmoid saturates into ties (17, 20, 25, 30 -> 1.0) stay distinct.
+    logits that a float32 sigmoid saturates into ties (18, 20, 25, 30 -> 1.0) stay distinct.
     """
-    logits = torch.tensor([17.0, 20.0, -3.0, 25.0, 30.0])
+    logits = torch.tensor([18.0, 20.0, -3.0, 25.0, 30.0])
     target = torch.tensor([0, 1, 0, 0, 1])
     raw = VarlenAUROC(normalization=None)
     raw.update(logits, target)
@@ -303,7 +305,7 @@ def _multiclass_reference(name: str, preds: Tensor, target: Tensor, average: str
         if ignore_index is not None:
             p, t = p[t != ignore_index], t[t != ignore_index]
         if not bool(((p >= 0) & (p <= 1)).all()):
-            p = p.softmax(1)
+            p = softmax(p)
         rows.append(p)
         labels.append(t)
     p, t = torch.cat(rows).double().numpy(), torch.cat(labels).numpy()
@@ -519,3 +521,21 @@ def test_default_arguments_make_the_same_metric() -> None:
         for name in ("ap", "roc", "pr"):
             ours_cls, theirs_cls = PAIRS[name]
             _run_both(ours_cls(20, -1, False, "sigmoid"), theirs_cls(20, -1, False, "sigmoid"), preds, target)
+
+
+def test_sigmoid_is_the_float32_nearest_where_torchmetrics_rounds_twice() -> None:
+    """The one place the package's scores differ from torchmetrics' on purpose. torchmetrics' float32 sigmoid
+    computes ``1 / (1 + exp(-x))`` in float32 (with one formula for the body of a tensor and another for its tail, so
+    a logit's score moves by a bit with its position); the package scores every logit with the float32 nearest its
+    float64 sigmoid. Logit 17 is where the two rules part: 1 + exp(-17) is 1.0 in float32, so torchmetrics ties it
+    with every larger logit, while its sigmoid's nearest float32 is 1 - 2**-24. Below ~16.6 and above ~17.3 both
+    rules saturate alike.
+    """
+    logits, target = torch.tensor([17.0, 20.0, -3.0, 25.0, 30.0]), torch.tensor([0, 1, 0, 0, 1])
+    assert float(logits.sigmoid()[0]) == 1.0
+    assert float(expit(logits)[0]) == 1 - 2**-24
+    ours = VarlenAUROC()
+    ours.update(logits, target)
+    assert float(ours.compute()) == pytest.approx(f32(roc_auc_score(target, expit(logits).double())), abs=1e-7)
+    assert float(ours.compute()) == pytest.approx(5 / 6, abs=1e-7)
+    assert float(BinaryAUROC()(logits, target)) == pytest.approx(4 / 6, abs=1e-7)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from _dist import DistPool
+from _float32 import expit, softmax
 from _sampler import sampler_indices
 from sklearn.metrics import average_precision_score, roc_auc_score
 from torchmetrics import classification as tm
@@ -80,9 +81,9 @@ def _sklearn(key: str, preds: torch.Tensor, target: torch.Tensor) -> Any:
     family, task = key.split("-")
     fn = roc_auc_score if family == "auroc" else average_precision_score
     if task == "binary":
-        return fn(target.numpy(), preds.sigmoid().double().numpy())
+        return fn(target.numpy(), expit(preds).double().numpy())
     if task == "multiclass":
-        probs = preds.softmax(1).double().numpy()
+        probs = softmax(preds).double().numpy()
         return np.mean([fn((target == k).numpy(), probs[:, k]) for k in range(CLASSES)])
     return np.mean([fn(target[:, k].numpy(), preds[:, k].double().numpy()) for k in range(CLASSES)])
 

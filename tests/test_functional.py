@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 import torch
-from _float32 import f32
+from _float32 import expit, f32
 from sklearn.metrics import average_precision_score, roc_auc_score
 from torchmetrics.functional.classification import binary_auroc, binary_average_precision
 
@@ -85,12 +85,13 @@ def test_order_does_not_change_a_single_bit() -> None:
 
 
 def test_logits_are_normalised_like_torchmetrics_or_ranked_raw() -> None:
-    """By default a batch of logits goes through torchmetrics' sigmoid (float32 saturation included: 17, 20, 25
-    and 30 all become 1.0, ties); ``normalization=None`` ranks the logits as they are.
+    """By default a batch of logits goes through a sigmoid as in torchmetrics (float32 saturation included: 18, 20,
+    25 and 30 all become 1.0, ties); ``normalization=None`` ranks the logits as they are.
     """
-    logits = torch.tensor([17.0, 20.0, -3.0, 25.0, 30.0], dtype=torch.float32)
+    logits = torch.tensor([18.0, 20.0, -3.0, 25.0, 30.0], dtype=torch.float32)
     target = torch.tensor([0, 1, 0, 0, 1])
-    probs = logits.sigmoid()
+    probs = expit(logits)
+    assert probs.tolist() == [1.0, 1.0, probs[2].item(), 1.0, 1.0]
     assert float(auroc(logits, target)) == pytest.approx(f32(roc_auc_score(target, probs)), abs=1e-12)
     assert float(auroc(logits, target)) == pytest.approx(float(binary_auroc(logits, target)), abs=1e-6)
     ap = average_precision(logits, target)

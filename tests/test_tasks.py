@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 import torch
-from _float32 import f32
+from _float32 import f32, softmax
 from sklearn.metrics import average_precision_score, roc_auc_score
 from torchmetrics.functional.classification import (
     multiclass_auroc,
@@ -66,7 +66,7 @@ def _sk_multilabel(fn: object, preds: torch.Tensor, target: torch.Tensor, averag
 def test_multiclass_exact_equals_sklearn(average: str, logits: bool) -> None:
     """One-vs-rest per class against scikit-learn (on the softmaxed scores when logits are given)."""
     preds, target = multiclass_data(300, 4, 1, logits=logits)
-    probs = preds.softmax(1) if logits else preds
+    probs = softmax(preds) if logits else preds
     for ours, fn in [(auroc, roc_auc_score), (average_precision, average_precision_score)]:
         got = ours(preds, target, task="multiclass", num_classes=4, average=average)
         expected = _sk_multiclass(fn, probs.double(), target, average)
@@ -84,10 +84,16 @@ def test_multilabel_exact_equals_sklearn(average: str) -> None:
 @pytest.mark.parametrize("average", ["macro", "weighted", "none"])
 @pytest.mark.parametrize("thresholds", [None, 9])
 def test_multiclass_equals_torchmetrics(average: str, thresholds: int | None) -> None:
+    """Torchmetrics' value on the same probabilities: the logits here sit on a grid of 0.25, so rows share values in
+    other orders, and torchmetrics' float32 softmax (a sum in float32, in the row's order) splits scores that are
+    equal, which the package's softmax (float64, rounded once) keeps tied; the normalisation itself is checked against
+    scikit-learn in ``test_multiclass_exact_equals_sklearn``.
+    """
     preds, target = multiclass_data(250, 5, 3, logits=True)
+    probs = softmax(preds)
     for ours, theirs in [(auroc, multiclass_auroc), (average_precision, multiclass_average_precision)]:
         got = ours(preds, target, task="multiclass", num_classes=5, average=average, thresholds=thresholds)
-        expected = theirs(preds, target, 5, average=average, thresholds=thresholds)  # type: ignore[operator]
+        expected = theirs(probs, target, 5, average=average, thresholds=thresholds)  # type: ignore[operator]
         torch.testing.assert_close(got.float(), expected, atol=1e-6, rtol=0)
 
 

@@ -8,7 +8,8 @@ Stored forms, one row per sample after flattening extra dimensions:
 
 Scores are normalised per batch as torchmetrics does: a batch with any score outside [0, 1] is taken for logits and
 goes through a sigmoid (binary, multilabel) or a softmax over the classes (multiclass); ``normalization=None``
-keeps the raw scores.
+keeps the raw scores. The sigmoid and the softmax give every score as a function of its value only, never of its
+place in the batch (:mod:`~torchmetrics_varlen.functional._normalize`), so equal logits stay tied.
 
 Every metric is computed on binary problems ``(scores, positives)``: :class:`Split` says, once, how a task and its
 ``average`` make them: the data itself (binary), one merged problem (``average="micro"``), or one per class / label.
@@ -23,6 +24,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._checks import Average, Normalization, check_binary_normalization, within
+from torchmetrics_varlen.functional._normalize import sigmoid, softmax
 
 T = TypeVar("T")
 
@@ -106,7 +108,7 @@ def format_inputs(
         if ignore_index is not None:
             labels = torch.where(labels == ignore_index, torch.full_like(labels, -1), labels)
         if normalization is not None and not (within(scores, 0, 1) if in_unit is None else in_unit):
-            scores = scores.sigmoid()
+            scores = sigmoid(scores)
         return scores, labels.char(), None
     # ``.bool()`` / ``.long()`` rather than ``.to(dtype)``: the same conversion (none when the dtype is already
     # right), with less per-call overhead; 1-D tensors are taken as they are (a reshape would be a view of them).
@@ -118,11 +120,11 @@ def format_inputs(
         scores, labels = scores[kept], labels[kept]
     if task == "multiclass":
         if normalization is not None and not (within(scores, 0, 1) if in_unit is None else in_unit):
-            scores = scores.softmax(dim=1)
+            scores = softmax(scores)
         return scores, labels.long(), kept
     if normalization is not None and not (within(scores, 0, 1) if in_unit is None else in_unit):
         check_binary_normalization(scores, normalization)
-        scores = scores.sigmoid()
+        scores = sigmoid(scores)
     return scores, labels if keep_labels and labels.dtype != torch.uint8 else labels.bool(), kept
 
 

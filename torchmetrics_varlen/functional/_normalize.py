@@ -1,0 +1,85 @@
+"""Logit normalisation whose output bits depend on the input value only, never on where it sits in a tensor.
+
+torch's CPU ``sigmoid`` computes the vectorised body of a tensor with one formula and the tail of each chunk with
+another (the scalar one), so about 2.5% of float64 and 4% of float32 values come out one bit apart depending on their
+position. Equal logits then stop being tied, and a sample scores differently in another batch, on another rank or
+after a different ``DistributedSampler`` split: AUROC moves with the batch size and the world size.
+
+Here every score is the one rule's output for its value, wherever it sits:
+
+- a **sigmoid** is computed in float64 by one scalar formula for every element (``1 / (1 + exp(-x))``, the kernel's
+  scalar path, which a strided input makes torch take for every element) and rounded once to the input's dtype
+  (float32 stays float32, as in torchmetrics); float16 / bfloat16 logits (at most 65,536 values) read a table of
+  those values, made once per dtype and device;
+- a **softmax** over the classes is computed in float64 (torch's row kernel treats every row alike) and rounded once
+  to the input's dtype.
+
+So a float32 score is the float32 nearest the float64 sigmoid of its logit (scikit-learn's ``expit`` rounded once),
+and equal logits stay tied: the value is bitwise the same for any batch size, world size and order. Saturation stays
+as in torchmetrics: every float32 logit above about 17 scores 1.0.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+_SIXTEEN_BIT = (torch.float16, torch.bfloat16)
+_TABLES: dict[tuple[torch.dtype, torch.device], Tensor] = {}
+
+
+def _sigmoid64(x: Tensor) -> Tensor:
+    """The float64 sigmoid of every element of ``x`` by the scalar formula, shaped as ``x``.
+
+    The values are copied into every other slot of a buffer: a strided input is never vectorised, so torch runs the
+    same scalar expression (libm's ``exp``) on each element, wherever it is.
+    """
+    flat = x.reshape(-1)
+    buffer = torch.empty((flat.numel(), 2), dtype=torch.float64, device=x.device)
+    column = buffer[:, 0]
+    column.copy_(flat)
+    return column.sigmoid().view(x.shape)
+
+
+def _table(dtype: torch.dtype, device: torch.device) -> Tensor:
+    """The sigmoid of every value of a 16-bit ``dtype``, indexed by its bit pattern as an unsigned number."""
+    key = (dtype, device)
+    table = _TABLES.get(key)
+    if table is None:
+        patterns = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype)
+        table = _sigmoid64(patterns).to(dtype)
+        table = torch.cat((table[2**15 :], table[: 2**15])).to(device)  # index = the pattern read as unsigned
+        _TABLES[key] = table
+    return table
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    """``x.sigmoid()``, with every element's bits a function of its value only (see the module's docstring).
+
+    Example:
+        >>> import torch
+        >>> x = torch.full((20,), 0.3)
+        >>> bool((sigmoid(x) == sigmoid(x[:1])).all())  # torch's own x.sigmoid() gives two values here
+        True
+        >>> sigmoid(torch.tensor([0.0, 2.0]))
+        tensor([0.5000, 0.8808])
+    """
+    if x.dtype in _SIXTEEN_BIT:
+        patterns = x.reshape(-1).view(torch.int16).int() & 0xFFFF
+        return _table(x.dtype, x.device)[patterns].view(x.shape)
+    out = _sigmoid64(x)
+    return out if x.dtype == torch.float64 else out.to(x.dtype if x.is_floating_point() else torch.float32)
+
+
+def softmax(x: Tensor) -> Tensor:
+    """``x.softmax(dim=1)`` of ``(N, C)`` rows, computed in float64 and rounded once to ``x``'s dtype, so a row's
+    scores are a function of the row only.
+
+    Example:
+        >>> import torch
+        >>> softmax(torch.tensor([[0.0, 0.0], [1.0, 3.0]]))
+        tensor([[0.5000, 0.5000],
+                [0.1192, 0.8808]])
+    """
+    out = x.to(torch.float64).contiguous().softmax(dim=1)
+    return out if x.dtype == torch.float64 else out.to(x.dtype if x.is_floating_point() else torch.float32)
