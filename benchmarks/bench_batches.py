@@ -38,16 +38,19 @@ NUM_CLASSES = 10
 
 
 def _data(kind: str, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Probabilities, or with ``--logits`` the logits of the same scores (every batch then gets normalised)."""
     gen = torch.Generator().manual_seed(0)
     if kind == "multiclass":
         target = torch.randint(0, NUM_CLASSES, (n,), generator=gen)
         logits = torch.randn(n, NUM_CLASSES, generator=gen) + 2 * torch.nn.functional.one_hot(target, NUM_CLASSES)
-        return torch.softmax(logits, dim=1), target
+        return (logits if LOGITS else torch.softmax(logits, dim=1)), target
     if kind == "multilabel":
         target = torch.randint(0, 2, (n, NUM_CLASSES), generator=gen)
-        return torch.rand(n, NUM_CLASSES, generator=gen) * 0.8 + 0.2 * target, target
+        probs = torch.rand(n, NUM_CLASSES, generator=gen) * 0.8 + 0.2 * target
+        return (torch.logit(probs) if LOGITS else probs), target
     target = torch.randint(0, 2, (n,), generator=gen)
-    return torch.rand(n, generator=gen) * 0.8 + 0.2 * target, target
+    probs = torch.rand(n, generator=gen) * 0.8 + 0.2 * target
+    return (torch.logit(probs) if LOGITS else probs), target
 
 
 def _cases() -> dict[str, tuple[str, Callable[[bool], Any], Callable[[bool], Any] | None, dict[str, Any]]]:
@@ -121,6 +124,7 @@ def _cases() -> dict[str, tuple[str, Callable[[bool], Any], Callable[[bool], Any
 CLOCK = time.perf_counter  # --clock cpu: time.process_time (CPU seconds of this process: steadier on a loaded host)
 COMPUTE = True  # --update-only sets it False
 INTERLEAVE = False  # --interleave: one run of each variant per round
+LOGITS = False  # --logits: logits instead of probabilities (the sigmoid / softmax runs in every update)
 WARM = False  # --warm: each batch copied (into the caches) just before its update, outside the timed region
 
 
@@ -275,9 +279,10 @@ def main() -> None:
     parser.add_argument(
         "--warm", action="store_true", help="copy each batch just before its update (in cache, as a loop hands it)"
     )
+    parser.add_argument("--logits", action="store_true", help="feed logits: every update normalises its batch")
     args = parser.parse_args()
-    global CLOCK, COMPUTE, INTERLEAVE, WARM
-    INTERLEAVE, WARM = args.interleave, args.warm
+    global CLOCK, COMPUTE, INTERLEAVE, LOGITS, WARM
+    INTERLEAVE, LOGITS, WARM = args.interleave, args.logits, args.warm
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.clock == "cpu":

@@ -3,6 +3,7 @@
 - ``figures/auroc_vs_world_size.png``: ``python -m torchmetrics_varlen demo --plot ...``; the same run's output
   also refreshes the demo excerpt in ``pages/guide.md`` (between its ``demo-excerpt`` markers), so the guide never
   shows a stale table.
+- the guide's table of tied logits (between its ``ties-table`` markers): ``benchmarks/bench_ties.py --markdown``.
 - ``figures/roc_curve.png``: ``VarlenROC().plot()`` on rank 0 after a sync over 3 CPU ranks with uneven shards
   (rank 0 has no data).
 - ``figures/uncertainty_width.png``: the width of DeLong's 95% interval (``functional.auroc_interval``) against N,
@@ -47,16 +48,22 @@ def demo_excerpt(output: str) -> str:
     return "\n".join(["```text", lines[head], *rows, "```", ""])
 
 
-def refresh_guide(output: str) -> None:
-    """Replace the excerpt between the guide's markers with the one from this run's demo output."""
+def refresh_guide(output: str, marker: str = "demo-excerpt") -> None:
+    """Replace the text between the guide's ``marker`` comments with ``output`` (for the demo: its excerpt)."""
     path = os.path.join(PAGES, "guide.md")
+    pattern = (
+        EXCERPT
+        if marker == "demo-excerpt"
+        else re.compile(rf"(<!-- {marker}:start -->\n)(.*?)(<!-- {marker}:end -->)", re.DOTALL)
+    )
     with open(path) as fh:
         text = fh.read()
-    if not EXCERPT.search(text):
-        msg = f"{path}: no <!-- demo-excerpt:start --> ... <!-- demo-excerpt:end --> markers"
+    if not pattern.search(text):
+        msg = f"{path}: no <!-- {marker}:start --> ... <!-- {marker}:end --> markers"
         raise SystemExit(msg)
+    body = demo_excerpt(output) if marker == "demo-excerpt" else output
     with open(path, "w") as fh:
-        fh.write(EXCERPT.sub(lambda m: m.group(1) + demo_excerpt(output) + m.group(3), text))
+        fh.write(pattern.sub(lambda m: m.group(1) + body + m.group(3), text))
 
 
 BATCH_ROWS = os.path.join(PAGES, "data", "bench_batches.json")
@@ -157,6 +164,8 @@ def main() -> None:
         os.path.join(FIGURES, "auroc_vs_world_size.png"),
     ]
     refresh_guide(subprocess.run(demo, check=True, capture_output=True, text=True).stdout)
+    ties = [sys.executable, os.path.join(os.path.dirname(PAGES), "..", "benchmarks", "bench_ties.py"), "--markdown"]
+    refresh_guide(subprocess.run(ties, check=True, capture_output=True, text=True).stdout, marker="ties-table")
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(
             _roc_rank, args=(3, os.path.join(tmp, "store"), os.path.join(FIGURES, "roc_curve.png")), nprocs=3, join=True
