@@ -65,7 +65,7 @@ def sigmoid(x: Tensor) -> Tensor:
         tensor([0.5000, 0.8808])
     """
     if x.dtype in _SIXTEEN_BIT:
-        patterns = x.reshape(-1).view(torch.int16).int() & 0xFFFF
+        patterns = x.reshape(-1).view(torch.int16).long()  # a negative index reads from the end: the unsigned one
         return _table(x.dtype, x.device)[patterns].view(x.shape)
     out = _sigmoid64(x)
     return out if x.dtype == torch.float64 else out.to(x.dtype if x.is_floating_point() else torch.float32)
