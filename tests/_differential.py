@@ -169,12 +169,19 @@ def _feed(metrics: dict[str, Any], spec: Spec, rows: Tensor, data: tuple[Tensor,
         metric.update(preds[rows], target[rows], **kwargs)
 
 
-def _values(metrics: dict[str, Any]) -> dict[str, list[Tensor]]:
-    out: dict[str, list[Tensor]] = {}
+def _values(metrics: dict[str, Any]) -> dict[str, list[Any]]:
+    """Every metric's value as a list of tensors, or the error its ``compute()`` raised (as ``"Type: message"``:
+    torchmetrics' own ``BinaryAUROC`` cannot compute without a sample, in one process as on the ranks).
+    """
+    out: dict[str, list[Any]] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # one class only, samples never seen (drop_last, an idle rank), no data
         for name, metric in metrics.items():
-            value = metric.compute()
+            try:
+                value = metric.compute()
+            except ValueError as err:
+                out[name] = [f"{type(err).__name__}: {err}"]
+                continue
             if isinstance(value, dict):
                 out.update({k: flat_tensors(v) for k, v in value.items()})
             else:
@@ -182,7 +189,7 @@ def _values(metrics: dict[str, Any]) -> dict[str, list[Tensor]]:
     return out
 
 
-def run_rank(rank: int, world: int, spec: Spec) -> dict[str, list[Tensor]]:
+def run_rank(rank: int, world: int, spec: Spec) -> dict[str, list[Any]]:
     """What one rank does: its sampler's indices in batches of ``spec.batch`` (none on the idle rank), every metric
     updated with each batch, then every value.
     """
@@ -197,7 +204,7 @@ def run_rank(rank: int, world: int, spec: Spec) -> dict[str, list[Tensor]]:
     return _values(metrics)
 
 
-def case_specs(rank: int, world: int, specs: list[Spec]) -> list[dict[str, list[Tensor]]]:
+def case_specs(rank: int, world: int, specs: list[Spec]) -> list[dict[str, list[Any]]]:
     """Several specs of one world size in one process group (one after the other, each with its own metrics)."""
     return [run_rank(rank, world, spec) for spec in specs]
 
@@ -221,7 +228,7 @@ def evaluated(spec: Spec) -> list[int]:
     return sorted(seen)
 
 
-def one_process(spec: Spec, rows: list[int]) -> dict[str, list[Tensor]]:
+def one_process(spec: Spec, rows: list[int]) -> dict[str, list[Any]]:
     """The same classes in one process (no process group, no dedup keywords) fed the evaluated samples at once."""
     metrics = build(spec, distributed=False)
     if rows:
@@ -237,12 +244,14 @@ def _rounded(spec: Spec, preds: Tensor) -> np.ndarray:
 
 def _defined(target: np.ndarray, weight: np.ndarray) -> bool:
     """Whether every binary problem (a column of ``target``) has both classes with positive weight."""
+    if not len(target):
+        return False
     columns = target.reshape(len(target), -1)
-    return bool(len(target)) and all(weight[col == 1].sum() > 0 and weight[col == 0].sum() > 0 for col in columns.T)
+    return all(weight[col == 1].sum() > 0 and weight[col == 0].sum() > 0 for col in columns.T)
 
 
-def _sklearn(spec: Spec, name: str, preds: Tensor, target: Tensor, weight: Tensor) -> list[np.ndarray] | None:
-    """scikit-learn's value of one metric (``None`` where it is undefined: a problem without both classes)."""
+def _sklearn(spec: Spec, name: str, preds: Tensor, target: Tensor, weight: Tensor) -> list[np.ndarray]:
+    """The scikit-learn value of one metric."""
     from sklearn.metrics import (
         accuracy_score,
         average_precision_score,
@@ -258,8 +267,6 @@ def _sklearn(spec: Spec, name: str, preds: Tensor, target: Tensor, weight: Tenso
     p = _rounded(spec, preds)
     if spec.family == "multiclass":
         y = torch.nn.functional.one_hot(target, WIDTH).numpy()
-    if not _defined(y, w):
-        return None
     if name in ("auroc", "tm_auroc"):
         return [np.asarray(roc_auc_score(y, p, sample_weight=w, average="macro"))]
     if name == "ap":
@@ -292,16 +299,22 @@ def _binned(spec: Spec, name: str, preds: Tensor, target: Tensor, weight: Tensor
 
 
 def outside(spec: Spec, rows: list[int]) -> dict[str, list[Any] | None]:
-    """The outside reference of every metric on the evaluated samples (``None``: undefined there, or no sample)."""
+    """The outside reference of every metric on the evaluated samples (``None`` where a binary problem lacks a class
+    of positive weight, or there is no sample).
+    """
     preds, target, weight = make_data(spec)
     index = torch.tensor(rows, dtype=torch.int64)
     preds, target = preds[index], target[index]
     weight = weight[index] if spec.weighted else torch.ones(len(rows))
+    hot = torch.nn.functional.one_hot(target, WIDTH) if spec.family == "multiclass" else target
+    defined = _defined(hot.numpy(), weight.double().numpy())
     out: dict[str, list[Any] | None] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name in metric_names(spec):
-            if not rows:
+            if not rows or (not defined and name != "acc"):
+                # scikit-learn raises or warns there, and the package leaves such a class out where torchmetrics
+                # counts it as 0 (documented: functional/auroc.py): only the one-process check applies
                 out[name] = None
             elif spec.mode == "binned":
                 out[name] = _binned(spec, name, preds, target, weight)
@@ -313,7 +326,9 @@ def outside(spec: Spec, rows: list[int]) -> dict[str, list[Any] | None]:
 # ---------------------------------------------------------------------- the check
 
 
-def _same_bits(a: Tensor, b: Tensor) -> bool:
+def _same_bits(a: Any, b: Any) -> bool:
+    if isinstance(a, str) or isinstance(b, str):  # an error, the same on both sides
+        return bool(a == b)
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
     if not a.is_floating_point():
@@ -325,7 +340,7 @@ def _same_bits(a: Tensor, b: Tensor) -> bool:
     return torch.equal(a[~nan].view(bits), b[~nan].view(bits))
 
 
-def check(spec: Spec, per_rank: list[dict[str, list[Tensor]]]) -> list[str]:
+def check(spec: Spec, per_rank: list[dict[str, list[Any]]]) -> list[str]:
     """Every rank's values are the one-process values bit for bit, and those are the outside reference's; returns
     the metrics whose outside reference was defined (and checked).
     """
