@@ -139,11 +139,14 @@ def build(spec: Spec, distributed: bool) -> dict[str, Any]:
     import torchmetrics_varlen as tv
 
     classes: dict[str, Any] = {
-        "binary": {"auroc": tv.VarlenAUROC, "ap": tv.VarlenAveragePrecision, "roc": tv.VarlenROC},
         "multiclass": {"auroc": tv.VarlenMulticlassAUROC, "ap": tv.VarlenMulticlassAveragePrecision},
         "multilabel": {"auroc": tv.VarlenMultilabelAUROC, "ap": tv.VarlenMultilabelAveragePrecision},
-    }.get("binary" if spec.family == "collection" else spec.family, {})
-    classes = {**classes, "pr": tv.VarlenPrecisionRecallCurve}
+    }.get(spec.family) or {
+        "auroc": tv.VarlenAUROC,
+        "ap": tv.VarlenAveragePrecision,
+        "roc": tv.VarlenROC,
+        "pr": tv.VarlenPrecisionRecallCurve,
+    }
     task = {"multiclass": {"num_classes": WIDTH}, "multilabel": {"num_labels": WIDTH}}.get(spec.family, {})
     size = spec.n if distributed and spec.dedup == "dataset_size" else None
     if spec.family == "wrapper":
