@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from _data import flat_tensors
 from _float32 import f32
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 from sklearn.metrics import precision_recall_curve as sk_pr
@@ -295,3 +296,33 @@ def test_weighted_binned_batches_with_one_class_absent(labels: list[int]) -> Non
     full_weight = torch.cat([weight.float(), torch.tensor([1.0, 3.0])])
     expected = auroc(full_preds, full_target, thresholds=50, sample_weight=full_weight)
     assert torch.equal(metric.compute(), expected)
+
+
+@pytest.mark.parametrize("thresholds", [None, torch.float16, torch.bfloat16, 11])
+@pytest.mark.parametrize(
+    "cls", [tv.VarlenAUROC, tv.VarlenAveragePrecision, tv.VarlenROC, tv.VarlenPrecisionRecallCurve]
+)
+def test_weighted_batch_of_only_dropped_rows_declares_the_epoch_weighted(cls: type, thresholds: object) -> None:
+    """A batch given ``sample_weight`` whose every row is dropped (``ignore_index`` here, sampler padding on a rank)
+    keeps the epoch weighted, in every mode: the next weighted batch is taken and the value is the weighted one (the
+    16-bit modes recorded "no weights": ``torch.bincount`` of no score is int64, so their histogram was too).
+    """
+    preds, target = torch.tensor([0.6, 0.7, 0.4, 0.9]), torch.tensor([0, 1, 1, 0])
+    weight = torch.tensor([1.0, 2.0, 3.0, 0.5])  # weighted AUROC 2 / 7.5, unweighted 0.25
+    metric = cls(thresholds=thresholds, ignore_index=-1)
+    metric.update(torch.tensor([0.3, 0.8]), torch.tensor([-1, -1]), sample_weight=torch.tensor([5.0, 7.0]))
+    assert metric._weight_mode() == "weights"
+    metric.update(preds, target, sample_weight=weight)
+    alone = cls(thresholds=thresholds)
+    alone.update(preds, target, sample_weight=weight)
+    got, want = flat_tensors(metric.compute()), flat_tensors(alone.compute())
+    assert all(torch.equal(a.nan_to_num(-1), b.nan_to_num(-1)) for a, b in zip(got, want, strict=True))  # NaN: PR
+    if cls is tv.VarlenAUROC and thresholds != 11:
+        rounded = preds.to(thresholds if isinstance(thresholds, torch.dtype) else torch.float32).double()
+        assert float(got[0]) == pytest.approx(f32(roc_auc_score(target, rounded, sample_weight=weight)), abs=TOL)
+
+
+def test_weighted_histogram_of_no_score_is_float64() -> None:
+    """The weighted 16-bit histogram holds float64 sums even of no score (``torch.bincount`` would give int64)."""
+    empty = torch.zeros(0)
+    assert histogram(empty, empty, torch.float16, weight=empty.double()).dtype == torch.float64

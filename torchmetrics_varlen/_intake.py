@@ -308,7 +308,10 @@ def take_batch(
     elif sample_weight is None:
         count_into(m.mode, owned_state(m, m._summed), scores, labels, m.task, m.thresholds)
     else:  # float64 sums of weights, added out of place (one addition order, whatever the batch sizes)
-        setattr(m, m._summed, getattr(m, m._summed) + _weighted_count(m, scores, labels, expanded["weight"]))
+        # float64 even when no row of the batch survived the padding cut: the dtype records that the epoch is
+        # weighted (stored_weight_mode), as the ranks were given it, not as the rows that stayed
+        counted = _weighted_count(m, scores, labels, expanded["weight"])
+        setattr(m, m._summed, getattr(m, m._summed).to(torch.float64) + counted)
     ledger.taken(rows, keep, scores.shape[0])
 
 

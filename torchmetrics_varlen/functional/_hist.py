@@ -55,7 +55,8 @@ def histogram(preds: Tensor, positives: Tensor, dtype: torch.dtype, weight: Tens
     key.add_(positives.reshape(-1).to(torch.bool), alpha=BINS)
     if weight is not None:
         weights = weight.reshape(-1).to(device=key.device, dtype=torch.float64)
-        return torch.bincount(key, weights=weights, minlength=2 * BINS).view(2, BINS)
+        # float64 even for no score: torch.bincount of no values returns int64 zeros, whatever the weights
+        return torch.bincount(key, weights=weights, minlength=2 * BINS).to(torch.float64).view(2, BINS)
     return torch.bincount(key, minlength=2 * BINS).view(2, BINS)
 
 
