@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -64,7 +65,7 @@ def check_roc(curve: Any, scores: Any, positives: Any, weight: Any, *, sklearn: 
     assert fpr[0] == tpr[0] == 0.0
     for rate, mask in ((fpr, ~p), (tpr, p)):
         assert all(0.0 <= r <= 1.0 for r in rate), rate
-        assert all(b >= a for a, b in zip(rate, rate[1:])), rate
+        assert all(b >= a for a, b in pairwise(rate)), rate
         reached = _mass_at_or_above(s, mask, w, thr[1:])
         assert [r != 0.0 for r in rate[1:]] == reached, (rate, reached)  # exactly 0 until the class's first sample
         assert rate[-1] == (1.0 if reached and reached[-1] else 0.0)
@@ -85,12 +86,12 @@ def check_pr(curve: Any, scores: Any, positives: Any, weight: Any, *, sklearn: b
     s, p, w = np.asarray(scores, dtype=np.float64), np.asarray(positives, dtype=bool), np.asarray(weight, np.float64)
     assert (precision[-1], recall[-1]) == (1.0, 0.0)
     assert all(0.0 <= v <= 1.0 for v in precision + recall), (precision, recall)
-    assert all(b <= a for a, b in zip(recall, recall[1:])), recall
+    assert all(b <= a for a, b in pairwise(recall)), recall
     assert recall[0] == 1.0
     positive_above = _mass_at_or_above(s, p, w, thr)
     negative_above = _mass_at_or_above(s, ~p, w, thr)
     assert [r != 0.0 for r in recall[:-1]] == positive_above
-    for v, pos, neg in zip(precision[:-1], positive_above, negative_above):
+    for v, pos, neg in zip(precision[:-1], positive_above, negative_above, strict=True):
         assert v == (1.0 if not neg else 0.0 if not pos else v), (precision, positive_above, negative_above)
     if sklearn:
         sk_p, sk_r, sk_thr = precision_recall_curve(p, s, sample_weight=w, drop_intermediate=False)
@@ -110,7 +111,7 @@ def binned_reference(scores: Any, positives: Any, weight: Any, thresholds: Any) 
     fp = [math.fsum(w[~p & (s >= t)]) for t in thr]
     tpr = [v / total_pos if total_pos else 0.0 for v in tp]
     fpr = [v / total_neg if total_neg else 0.0 for v in fp]
-    precision = [a / (a + b) if a + b else math.nan for a, b in zip(tp, fp)]
+    precision = [a / (a + b) if a + b else math.nan for a, b in zip(tp, fp, strict=True)]
     return {"fpr": fpr[::-1], "tpr": tpr[::-1], "precision": [*precision, 1.0], "recall": [*tpr, 0.0]}
 
 
@@ -125,11 +126,11 @@ def check_binned(roc: Any, pr: Any, scores: Any, positives: Any, weight: Any, th
     s, p, w = np.asarray(scores, dtype=np.float64), np.asarray(positives, dtype=bool), np.asarray(weight, np.float64)
     for rate, mask, name in ((fpr, ~p, "fpr"), (tpr, p, "tpr")):
         assert all(0.0 <= r <= 1.0 for r in rate), rate
-        assert all(b >= a for a, b in zip(rate, rate[1:])), rate
+        assert all(b >= a for a, b in pairwise(rate)), rate
         assert [r != 0.0 for r in rate] == _mass_at_or_above(s, mask, w, thr[::-1])
         assert rate[-1] == 1.0
         assert rate == pytest.approx(f32(ref[name]), abs=TOL)
     assert recall == pytest.approx(f32(ref["recall"]), abs=TOL)
-    assert all(b <= a for a, b in zip(recall, recall[1:])), recall
+    assert all(b <= a for a, b in pairwise(recall)), recall
     assert precision == pytest.approx(f32(ref["precision"]), abs=TOL, nan_ok=True)
     assert all(0.0 <= v <= 1.0 for v in precision if not math.isnan(v))

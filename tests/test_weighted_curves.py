@@ -148,7 +148,8 @@ def case_weighted_curves(rank: int, world: int) -> dict[str, Any]:
     mc_preds, mc_target, mc_weight = _multiclass(N_DIST, 10, 3)
     part = rank_slice(N_DIST, world, rank, "uneven")
     out: dict[str, Any] = {}
-    for path, kwargs in (("all", {}), ("on_rank", {"compute_on_rank": world - 1}), ("bf16", {"thresholds": torch.bfloat16})):
+    paths = (("all", {}), ("on_rank", {"compute_on_rank": world - 1}), ("bf16", {"thresholds": torch.bfloat16}))
+    for path, kwargs in paths:
         for name, cls in (("roc", tv.VarlenROC), ("pr", tv.VarlenPrecisionRecallCurve)):
             metric = cls(sync_timeout=20, **kwargs)
             metric.update(preds[part], target[part], sample_weight=weight[part])
