@@ -98,7 +98,8 @@ def binned_confmat(preds: Tensor, target: Tensor, thresholds: Tensor, weight: Te
     n_thr = thresholds.numel()
     sorted_thr, thr_order = torch.sort(thresholds.to(torch.float64))
     # Number of thresholds <= score: the score is ">= thr" for exactly the first `bucket` sorted thresholds.
-    bucket = torch.bucketize(preds.to(torch.float64), sorted_thr, right=True)
+    # contiguous: a class column of multiclass scores is a strided view (bucketize would copy it, with a warning)
+    bucket = torch.bucketize(preds.to(torch.float64).contiguous(), sorted_thr, right=True)
     positive = target.reshape(-1).to(torch.bool)
     if weight is None:
         pos_hist = torch.bincount(bucket[positive], minlength=n_thr + 1)
