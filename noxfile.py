@@ -1,5 +1,5 @@
 """Developer sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s typecheck``, ``nox -s property``, ``nox -s build``,
-``nox -s oldest``.
+``nox -s oldest``, ``nox -s reference``.
 
 Plain virtualenv + pip on purpose: pip finds the local CPU build of ``torch==2.13.0`` on this project's machines,
 uv would download a multi-GB CUDA build.
@@ -7,6 +7,7 @@ uv would download a multi-GB CUDA build.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -87,6 +88,32 @@ def property(session: nox.Session) -> None:
     session.install(TORCH)
     session.install(".[test]")
     session.run("pytest", "-m", "property", "tests/property", *session.posargs)
+
+
+# The outside reference (R's pROC): Debian's packages, without the recommended ones (the whole R toolchain).
+R_PACKAGES = ["r-base-core", "r-cran-proc"]
+
+
+@nox.session(default=False)
+def reference(session: nox.Session) -> None:
+    """DeLong's interval, variance and paired test against R's pROC (``tests/test_reference_proc.py``), required to
+    run: a missing ``Rscript`` or pROC fails here (``VARLEN_REQUIRE_R=1``) where the default run skips.
+
+    Without ``Rscript``, R and pROC are installed from Debian's packages when the session runs as root on a system
+    with ``apt-get`` (``apt-get install --no-install-recommends r-base-core r-cran-proc``, a few minutes); elsewhere
+    install them first (``sudo apt-get install ...``, or R from CRAN and ``install.packages("pROC")``).
+    """
+    if shutil.which("Rscript") is None:
+        if shutil.which("apt-get") is None or getattr(os, "geteuid", lambda: -1)() != 0:
+            packages = " ".join(R_PACKAGES)
+            session.error(f"Rscript not found: install R and pROC first (Debian: apt-get install {packages})")
+        session.run("apt-get", "update", external=True)
+        session.run("apt-get", "install", "-y", "--no-install-recommends", *R_PACKAGES, external=True)
+    session.install(TORCH)
+    session.install(".[test]")
+    session.run("Rscript", "-e", 'cat("pROC", format(packageVersion("pROC")), "\\n")', external=True)
+    required = {"VARLEN_REQUIRE_R": "1"}
+    session.run("pytest", "-m", "reference", "tests/test_reference_proc.py", *session.posargs, env=required)
 
 
 @nox.session

@@ -25,7 +25,7 @@ from torchmetrics_varlen.functional._hist import (
     histogram,
     histogram_into,
 )
-from torchmetrics_varlen.functional._sort import SortedKeys, SortedProblem, packable, sort_problem
+from torchmetrics_varlen.functional._sort import SortedKeys, SortedProblem, packable, running_sum, sort_problem
 from torchmetrics_varlen.functional._tasks import Split, format_inputs, merged_rows, rows_by_class
 
 
@@ -98,7 +98,8 @@ def binned_confmat(preds: Tensor, target: Tensor, thresholds: Tensor, weight: Te
     n_thr = thresholds.numel()
     sorted_thr, thr_order = torch.sort(thresholds.to(torch.float64))
     # Number of thresholds <= score: the score is ">= thr" for exactly the first `bucket` sorted thresholds.
-    bucket = torch.bucketize(preds.to(torch.float64), sorted_thr, right=True)
+    # contiguous: a class column of multiclass scores is a strided view (bucketize would copy it, with a warning)
+    bucket = torch.bucketize(preds.to(torch.float64).contiguous(), sorted_thr, right=True)
     positive = target.reshape(-1).to(torch.bool)
     if weight is None:
         pos_hist = torch.bincount(bucket[positive], minlength=n_thr + 1)
@@ -108,15 +109,14 @@ def binned_confmat(preds: Tensor, target: Tensor, thresholds: Tensor, weight: Te
         # float64 even for an empty class: torch.bincount of no values returns int64 zeros, whatever the weights
         pos_hist = torch.bincount(bucket[positive], weights=w[positive], minlength=n_thr + 1).to(torch.float64)
         neg_hist = torch.bincount(bucket[~positive], weights=w[~positive], minlength=n_thr + 1).to(torch.float64)
-    # Predicted positive at sorted threshold i: buckets i+1 .. T.
-    tp_sorted = torch.flip(torch.cumsum(torch.flip(pos_hist, [0]), 0), [0])[1:]
-    fp_sorted = torch.flip(torch.cumsum(torch.flip(neg_hist, [0]), 0), [0])[1:]
-    n_pos, n_neg = pos_hist.sum(), neg_hist.sum()
+    # Predicted positive at sorted threshold i: buckets i+1 .. T; predicted negative: buckets 0 .. i. Each entry is a
+    # running sum of its own: sums of weights taken as "total - predicted positive" can go below 0.
+    running = torch.cumsum if weight is None else running_sum  # integers: exact in any order
     confmat = torch.empty((n_thr, 2, 2), dtype=pos_hist.dtype, device=preds.device)
-    confmat[thr_order, 1, 1] = tp_sorted
-    confmat[thr_order, 0, 1] = fp_sorted
-    confmat[thr_order, 1, 0] = n_pos - tp_sorted
-    confmat[thr_order, 0, 0] = n_neg - fp_sorted
+    confmat[thr_order, 1, 1] = running(pos_hist.flip(0), 0).flip(0)[1:]
+    confmat[thr_order, 0, 1] = running(neg_hist.flip(0), 0).flip(0)[1:]
+    confmat[thr_order, 1, 0] = running(pos_hist, 0)[:-1]
+    confmat[thr_order, 0, 0] = running(neg_hist, 0)[:-1]
     return confmat
 
 

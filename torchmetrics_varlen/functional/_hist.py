@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen.functional._sort import Counts
+from torchmetrics_varlen.functional._sort import Counts, running_sum
 
 BINS = 1 << 16
 _HALF = 1 << 15
@@ -145,11 +145,14 @@ def counts_from_histogram(hist: Tensor, dtype: torch.dtype, with_scores: bool = 
     """Cumulative counts at the non-empty values, as :func:`~torchmetrics_varlen.functional._sort.ascending_counts`.
 
     The raw-pattern histogram is first put in value order (``-0.0`` joins ``+0.0``). A weighted (float64)
-    histogram gives float64 sums of weights, as :func:`~torchmetrics_varlen.functional._weighted.weighted_counts`.
+    histogram gives float64 sums of weights, as :func:`~torchmetrics_varlen.functional._weighted.weighted_counts`,
+    the negatives' weight a running sum of its own (``neg_le``).
     """
     ordered = torch.zeros_like(hist).index_add_(1, _value_order(hist.device, dtype), hist)
     total = ordered[0] + ordered[1]
     nonempty = torch.nonzero(total).flatten()
-    pos_le = torch.cumsum(ordered[1], 0)[nonempty]
-    all_le = torch.cumsum(total, 0)[nonempty]
-    return Counts(pos_le, all_le, values_of(nonempty, dtype) if with_scores else None)
+    scores = values_of(nonempty, dtype) if with_scores else None
+    if not hist.is_floating_point():
+        return Counts(torch.cumsum(ordered[1], 0)[nonempty], torch.cumsum(total, 0)[nonempty], scores)
+    pos_le, neg_le = running_sum(ordered[1])[nonempty], running_sum(ordered[0])[nonempty]
+    return Counts(pos_le, running_sum(total)[nonempty], scores, neg_le)

@@ -54,14 +54,22 @@ def as_output(value: Tensor) -> Tensor:
 
 
 def descending(counts: Counts) -> tuple[Tensor, Tensor, Tensor]:
-    """``(fps, tps, thresholds)`` at every distinct score, highest first (scikit-learn's ``_binary_clf_curve``)."""
+    """``(fps, tps, thresholds)`` at every distinct score, highest first (scikit-learn's ``_binary_clf_curve``).
+
+    Sums of weights (``counts.neg_le`` set) take each class from its own running sum, ``total - sum below``: a
+    running sum of non-negative weights never decreases and ends at the total, so both are exactly 0 above the
+    class's highest score, never decrease, and end exactly at the class's total, whatever the rounding.
+    """
     assert counts.scores is not None
     if counts.pos_le.numel() == 0:
         return counts.pos_le, counts.all_le, counts.scores
-    n_pos, n_all = counts.pos_le[-1], counts.all_le[-1]
     pos_below = torch.cat([counts.pos_le.new_zeros(1), counts.pos_le[:-1]])
+    tps = (counts.pos_le[-1] - pos_below).flip(0)
+    if counts.neg_le is not None:
+        neg_below = torch.cat([counts.neg_le.new_zeros(1), counts.neg_le[:-1]])
+        return (counts.neg_le[-1] - neg_below).flip(0), tps, counts.scores.flip(0)
+    n_pos, n_all = counts.pos_le[-1], counts.all_le[-1]
     all_below = torch.cat([counts.all_le.new_zeros(1), counts.all_le[:-1]])
-    tps = (n_pos - pos_below).flip(0)
     fps = ((n_all - n_pos) - (all_below - pos_below)).flip(0)
     return fps, tps, counts.scores.flip(0)
 
@@ -512,11 +520,24 @@ def safe_ratio(num: Tensor, den: Tensor, fill: float) -> Tensor:
     return torch.where(den == 0, torch.full_like(num, fill), num / torch.where(den == 0, torch.ones_like(den), den))
 
 
+def binned_rate(hits: Tensor, misses: Tensor, thresholds: Tensor, fill: float) -> Tensor:
+    """``hits / (hits + misses)`` at every threshold of a multi-threshold confusion matrix (float64; ``fill`` where
+    the class has nothing), torchmetrics' binned rates: ``tp / (tp + fn)`` or ``fp / (fp + tn)``.
+
+    One denominator per class, the sum at the lowest threshold (where ``hits`` is largest): integer counts have the
+    same sum at every threshold (torchmetrics' rates, bit for bit), sums of weights differ in their last bits from one
+    threshold to the next; one denominator keeps the rate in [0, 1], never decreasing as the threshold falls, exactly
+    0 where nothing is hit and exactly 1 where nothing is missed.
+    """
+    low = int(torch.argmin(thresholds))
+    return safe_ratio(hits, (hits[low] + misses[low]).expand_as(hits), fill)
+
+
 def binned_auroc(confmat: Tensor, thresholds: Tensor, max_fpr: float | None = None) -> Tensor:
     """AUROC from a multi-threshold confusion matrix, the way torchmetrics' binned mode computes it."""
     tps, fps, fns, tns = confmat[:, 1, 1], confmat[:, 0, 1], confmat[:, 1, 0], confmat[:, 0, 0]
-    tpr = safe_ratio(tps, tps + fns, 0.0).flip(0)
-    fpr = safe_ratio(fps, fps + tns, 0.0).flip(0)
+    tpr = binned_rate(tps, fns, thresholds, 0.0).flip(0)
+    fpr = binned_rate(fps, tns, thresholds, 0.0).flip(0)
     if max_fpr is None or max_fpr == 1 or fpr.sum() == 0 or tpr.sum() == 0:
         return torch.trapezoid(tpr, fpr)
     limit = fpr.new_tensor(max_fpr)

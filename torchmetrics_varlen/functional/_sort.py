@@ -53,11 +53,30 @@ class Counts(NamedTuple):
         pos_le: Positives with a score ``<=`` each distinct score (int64).
         all_le: Samples with a score ``<=`` each distinct score (int64).
         scores: The distinct scores, increasing (``None`` unless asked for).
+        neg_le: Sums of sample weights only (float64 ``pos_le`` / ``all_le``): the negatives' weight at or below each
+            distinct score, a running sum of its own (:func:`running_sum`). ``all_le - pos_le`` is exact for integer
+            counts (``None`` here) but not for float sums: a difference of running totals can go below 0 and
+            decrease, which a rate must not.
     """
 
     pos_le: Tensor
     all_le: Tensor
     scores: Tensor | None
+    neg_le: Tensor | None = None
+
+
+def running_sum(values: Tensor, dim: int = 0) -> Tensor:
+    """The running sum of float64 ``values`` along ``dim``, its terms added one after the other in order, on any device.
+
+    Sums of non-negative weights added in order never decrease, and a zero term leaves the sum exactly as it was:
+    what the weighted rates need (0 until the first weight of a class, never decreasing, ending at the total).
+    ``torch.cumsum`` adds in order on CPU; CUDA's scan adds in a tree whose shape changes with the index (and its
+    look-back with the timing), so there the sum could drop by an ulp from one index to the next, and vary from run
+    to run. Other devices therefore sum on the host and get the result back (two copies of the vector).
+    """
+    if values.device.type == "cpu":
+        return torch.cumsum(values, dim)
+    return torch.cumsum(values.cpu(), dim).to(values.device)
 
 
 class SortedKeys(NamedTuple):

@@ -41,7 +41,7 @@ from torchmetrics_varlen.functional._ranking import (
     descending,
 )
 from torchmetrics_varlen.functional._reduce import average_over_classes
-from torchmetrics_varlen.functional._sort import Counts
+from torchmetrics_varlen.functional._sort import Counts, running_sum
 from torchmetrics_varlen.functional._tasks import Split, format_inputs
 
 WeightedProblem = Counts | Binned  # float64 counts of one binary problem, or its float64 binned confusion matrices
@@ -125,8 +125,10 @@ def _split(split: Split, scores: Tensor, labels: Tensor, weight: Tensor) -> list
 
 
 def weighted_counts(scores: Tensor, positives: Tensor, weight: Tensor, with_scores: bool = True) -> Counts:
-    """Exact weighted counts of one binary problem: float64 sums of the weights of the positives / of all samples
-    with a score ``<=`` each distinct score (samples of weight 0 dropped first), and the distinct scores.
+    """Exact weighted counts of one binary problem: float64 sums of the weights of the positives / of the negatives /
+    of all samples with a score ``<=`` each distinct score (samples of weight 0 dropped first), and the distinct
+    scores. Each is a running sum of its own (:func:`~torchmetrics_varlen.functional._sort.running_sum`): the
+    negatives' weight is never taken as a difference of the other two.
     """
     scores, positives, weight = scores.reshape(-1), positives.reshape(-1).to(torch.bool), weight.reshape(-1)
     nonzero = weight != 0
@@ -135,15 +137,23 @@ def weighted_counts(scores: Tensor, positives: Tensor, weight: Tensor, with_scor
     weight = weight.to(torch.float64)
     if scores.numel() == 0:
         empty = torch.zeros(0, dtype=torch.float64, device=scores.device)
-        return Counts(empty, empty.clone(), scores.new_zeros(0) if with_scores else None)
+        return Counts(empty, empty.clone(), scores.new_zeros(0) if with_scores else None, empty.clone())
     sorted_scores, order = torch.sort(scores)
     w = weight[order]
-    pos_w = torch.where(positives[order], w, torch.zeros_like(w))
+    pos = positives[order]
     del order
+    zero = torch.zeros_like(w)
+    pos_w, neg_w = torch.where(pos, w, zero), torch.where(pos, zero, w)
+    del pos, zero
     n = sorted_scores.numel()
     ends = torch.nonzero(sorted_scores[1:] != sorted_scores[:-1]).flatten()
     ends = torch.cat([ends, ends.new_tensor([n - 1])])
-    return Counts(pos_w.cumsum_(0)[ends], w.cumsum_(0)[ends], sorted_scores[ends] if with_scores else None)
+    return Counts(
+        running_sum(pos_w)[ends],
+        running_sum(w)[ends],
+        sorted_scores[ends] if with_scores else None,
+        running_sum(neg_w)[ends],
+    )
 
 
 def weighted_problems(

@@ -16,6 +16,7 @@ from torchmetrics_varlen.functional._ranking import (
     _NO_POSITIVES_PR,
     _NO_POSITIVES_ROC,
     as_output,
+    binned_rate,
     descending,
     roc_from_counts,
     safe_ratio,
@@ -49,15 +50,15 @@ def _exact_pr(counts: Counts) -> tuple[Tensor, Tensor, Tensor]:
 
 def _binned_roc(confmat: Tensor, thresholds: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     tps, fps, fns, tns = confmat[:, 1, 1], confmat[:, 0, 1], confmat[:, 1, 0], confmat[:, 0, 0]
-    tpr = safe_ratio(tps, tps + fns, 0.0).flip(0)
-    fpr = safe_ratio(fps, fps + tns, 0.0).flip(0)
+    tpr = binned_rate(tps, fns, thresholds, 0.0).flip(0)
+    fpr = binned_rate(fps, tns, thresholds, 0.0).flip(0)
     return as_output(fpr), as_output(tpr), thresholds.flip(0)
 
 
 def _binned_pr(confmat: Tensor, thresholds: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     tps, fps, fns = confmat[:, 1, 1], confmat[:, 0, 1], confmat[:, 1, 0]
     precision = torch.cat([safe_ratio(tps, tps + fps, float("nan")), tps.new_ones(1).double()])
-    recall = torch.cat([safe_ratio(tps, tps + fns, float("nan")), tps.new_zeros(1).double()])
+    recall = torch.cat([binned_rate(tps, fns, thresholds, float("nan")), tps.new_zeros(1).double()])
     return as_output(precision), as_output(recall), thresholds
 
 

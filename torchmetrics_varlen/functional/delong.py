@@ -157,8 +157,8 @@ def auroc_interval(
     The AUROC is :func:`~torchmetrics_varlen.functional.auroc`'s value bit for bit (same inputs, normalisation of
     logits and sort). DeLong's variance ``S10 / m + S01 / n`` (see the module docstring; ties count one half) comes
     from the midranks of that one sort in O(N log N). The interval is ``value -/+ z * std`` with ``z`` the normal
-    quantile of ``(1 + level) / 2``, computed in float64 and not clipped to [0, 1] (as pROC's ``ci.auc``; near 0 or 1
-    it may cross them: read it as a sign that the normal approximation is poor there).
+    quantile of ``(1 + level) / 2``, computed in float64 and not clipped to [0, 1] (pROC's ``ci.auc`` clips its ends;
+    here near 0 or 1 they may cross them: read it as a sign that the normal approximation is poor there).
 
     Degenerate input: with no positive or no negative sample, ``value`` is ``0.0`` with ``auroc``'s warning and
     ``std``, ``lower``, ``upper`` are NaN; with a single positive or a single negative the sample variance of the
