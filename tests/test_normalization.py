@@ -31,14 +31,14 @@ def _pieces(x: torch.Tensor, size: int) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_sigmoid_bits_do_not_depend_on_the_position(dtype: torch.dtype) -> None:
     """Every element gets the same bits alone, in pieces of any size, shifted by an offset or in a 2-D layout."""
-    x = (torch.randn(5000, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 6).to(dtype)
-    whole = sigmoid(x)
+    x = (torch.randn(50_000, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 6).to(dtype)
+    whole = sigmoid(x)  # float32 from 4,096 scores on: torch's vectorised pass, checked; below: the scalar pass
     assert whole.dtype == dtype
-    for size in (1, 3, 16, 17, 64, 1000):
+    for size in (1, 3, 16, 17, 64, 1000, 4095, 4096, 10_000):
         assert torch.equal(_pieces(x, size), whole), size
     assert torch.equal(sigmoid(x[7:]), whole[7:])
     assert torch.equal(sigmoid(x.flip(0)).flip(0), whole)
-    assert torch.equal(sigmoid(x.view(50, 100).t()).t().reshape(-1), whole)
+    assert torch.equal(sigmoid(x.view(500, 100).t()).t().reshape(-1), whole)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

