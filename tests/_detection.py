@@ -64,7 +64,10 @@ def images(n: int = N, seed: int = 0) -> list[tuple[dict[str, Tensor], dict[str,
         side = torch.tensor([12.0, 48.0, 160.0])[torch.randint(0, 3, (g,), generator=gen)]
         size = side[:, None] * (0.75 + torch.randint(0, 3, (g, 2), generator=gen) / 4)
         corner = torch.randint(0, 400, (g, 2), generator=gen).float()
-        truth = {"boxes": torch.cat([corner, corner + size], 1), "labels": torch.randint(0, CLASSES, (g,), generator=gen)}
+        truth = {
+            "boxes": torch.cat([corner, corner + size], 1),
+            "labels": torch.randint(0, CLASSES, (g,), generator=gen),
+        }
         if i == 7:
             truth["iscrowd"] = torch.tensor([1] + [0] * (g - 1))
         found = torch.rand(g, generator=gen) < 0.8
@@ -109,9 +112,9 @@ STATS += ("mar_1", "mar_10", "mar_100", "mar_small", "mar_medium", "mar_large")
 
 
 def cocoeval(data: list[Any], image_ids: list[int], class_metrics: bool = False) -> dict[str, Any]:
-    """pycocotools' ``COCOeval`` (bbox) on the images ``image_ids``, written as COCO json files (ground truth and
-    results), as a COCO user would evaluate them: the twelve summary statistics, ``precision`` / ``recall`` /
-    ``scores`` of its ``eval``, and with ``class_metrics`` each class's AP and AR@100.
+    """The reference: pycocotools' ``COCOeval`` (bbox) on the images ``image_ids``, written as COCO json files
+    (ground truth and results), as a COCO user would evaluate them: the twelve summary statistics, ``precision`` /
+    ``recall`` / ``scores`` of its ``eval``, and with ``class_metrics`` each class's AP and AR@100.
     """
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
@@ -133,7 +136,9 @@ def cocoeval(data: list[Any], image_ids: list[int], class_metrics: bool = False)
                     "iscrowd": is_crowd,
                 }
             )
-        for box, label, score in zip(pred["boxes"].tolist(), pred["labels"].tolist(), pred["scores"].tolist(), strict=True):
+        for box, label, score in zip(
+            pred["boxes"].tolist(), pred["labels"].tolist(), pred["scores"].tolist(), strict=True
+        ):
             w, h = box[2] - box[0], box[3] - box[1]
             results.append({"image_id": i, "category_id": label, "bbox": [box[0], box[1], w, h], "score": score})
     ground_truth = {

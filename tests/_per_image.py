@@ -68,7 +68,11 @@ def image(i: int, noise: int = 0) -> Image:
     corner = torch.randint(0, 512, (k, 2), generator=gen).float()
     size = torch.randint(8, 256, (k, 2), generator=gen).float()
     scores = (torch.arange(k, dtype=torch.float32) + 4 * i + 1) / 1024 + noise / 2**20
-    pred = {"boxes": torch.cat([corner, corner + size], 1), "scores": scores, "labels": torch.randint(0, 3, (k,), generator=gen)}
+    pred = {
+        "boxes": torch.cat([corner, corner + size], 1),
+        "scores": scores,
+        "labels": torch.randint(0, 3, (k,), generator=gen),
+    }
     truth = {"boxes": torch.zeros(g, 4), "labels": torch.randint(0, 3, (g,), generator=gen)}
     return pred, truth
 

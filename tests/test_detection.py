@@ -32,7 +32,7 @@ def _map(**kwargs: Any) -> MeanAveragePrecision:
 
 @functools.cache
 def one_process(box_format: str = "xyxy") -> dict[str, Any]:
-    """torchmetrics on one process: every image once, in id order, in one update."""
+    """The value of torchmetrics on one process: every image once, in id order, in one update."""
     metric = _map(box_format=box_format)
     metric.update(*batch(images(), list(range(N)), box_format))
     return metric.compute()  # type: ignore[no-any-return]
@@ -44,8 +44,8 @@ def coco() -> dict[str, Any]:
 
 
 def _check_against_references(value: dict[str, Any], bitwise: bool) -> None:
-    """COCOeval's numbers (1e-6: torchmetrics returns float32) and arrays; with ``bitwise``, every value of one process's
-    torchmetrics, bit for bit (``ious`` included: image positions are id order).
+    """COCOeval's numbers (1e-6: torchmetrics returns float32) and arrays; with ``bitwise``, every value of one
+    process's torchmetrics, bit for bit (``ious`` included: image positions are id order).
     """
     ref = coco()
     for key in STATS:
@@ -64,7 +64,8 @@ def _check_against_references(value: dict[str, Any], bitwise: bool) -> None:
                 assert got.keys() == want.keys()
                 assert all(_same(got[k], want[k]) for k in want), key
             else:
-                assert got.dtype == want.dtype and torch.equal(got, want), key
+                assert got.dtype == want.dtype, key
+                assert torch.equal(got, want), key
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -135,7 +136,9 @@ def test_segmentation_masks_stay_refused() -> None:
     preds = [{"masks": masks, "scores": torch.tensor([0.9, 0.4]), "labels": torch.tensor([0, 1])}]
     target = [{"masks": masks, "labels": torch.tensor([0, 1])}]
     metric = Varlen(MeanAveragePrecision(iou_type="segm"))
-    with pytest.raises(TypeError, match=r"Varlen moves tensors only.*Varlen\(MeanAveragePrecision\(iou_type='bbox'\)\)"):
+    with pytest.raises(
+        TypeError, match=r"Varlen moves tensors only.*Varlen\(MeanAveragePrecision\(iou_type='bbox'\)\)"
+    ):
         metric.update(preds, target, sample_ids=_ids([0]))
     assert metric.metric.detection_mask == []
     assert metric.metric.detection_labels == []
