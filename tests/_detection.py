@@ -5,6 +5,7 @@ or pycocotools cannot be imported, a synthetic detection data set, and pycocotoo
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import os
@@ -19,14 +20,19 @@ REQUIRE = "VARLEN_REQUIRE_DETECTION"  # "1": a missing detection stack fails the
 
 
 def _missing() -> str | None:
-    """Why the detection stack cannot be used here, or ``None``."""
-    try:
-        import pycocotools.cocoeval  # noqa: F401
-        import torchvision  # noqa: F401
-        from torchmetrics.detection import IntersectionOverUnion, MeanAveragePrecision  # noqa: F401
-    except Exception as err:  # noqa: BLE001 - torchvision built for another torch raises other errors too
-        return f"{type(err).__name__}: {err}"
-    return None
+    """Why the detection stack cannot be used here (each failing import), or ``None``."""
+    problems = []
+    for name in ("torchvision", "pycocotools.cocoeval", "torchmetrics.detection.mean_ap"):
+        try:
+            importlib.import_module(name)
+        except Exception as err:  # noqa: BLE001 - a torchvision built for another torch raises more than ImportError
+            problems.append(f"{name}: {type(err).__name__}: {err}")
+    if not problems:
+        try:
+            from torchmetrics.detection import IntersectionOverUnion, MeanAveragePrecision  # noqa: F401
+        except ImportError as err:
+            problems.append(f"torchmetrics.detection: {err}")
+    return "; ".join(problems) or None
 
 
 def require_detection() -> None:

@@ -8,7 +8,9 @@ runs them, and fails if they would be skipped).
 from __future__ import annotations
 
 import functools
+import importlib.util
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -202,3 +204,27 @@ def test_map_and_iou_on_ranks(pool: DistPool, world: int, sampler: str, dedup: s
         assert float(together.pop("iou")) == pytest.approx(iou, abs=1e-6)
         _check_against_references(together, bitwise=dedup == "ids")
         assert got["kept"] == N
+
+
+def case_example(rank: int, world: int) -> dict[str, Any]:
+    """examples/detection_ddp.py's evaluation on this rank (its torchrun entry point minus the process group)."""
+    path = Path(__file__).resolve().parent.parent / "examples" / "detection_ddp.py"
+    spec = importlib.util.spec_from_file_location("example_detection_ddp", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.evaluate(21, 2)  # type: ignore[no-any-return]
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("world", [2, 4])
+def test_the_detection_example(pool: DistPool, world: int) -> None:
+    """The example's numbers (the table of docs/pages/wrapper.md): both Varlen values are one process's, on every
+    rank; torchmetrics' own sync counts the sampler's repeated images twice.
+    """
+    for record in pool.values(case_example, world, timeout=240):
+        assert record["varlen_dataset_size"] == record["varlen_ids"] == record["truth"]
+        assert record["torchmetrics"] != record["truth"]
+        assert record["kept"] == 21
+        assert record["duplicates_dropped"] == -21 % world

@@ -228,7 +228,8 @@ class Varlen(GuardedMetric):
       states included): rows are counted along dim 0 of the first tensor (or list of samples) among the arguments,
       and every argument with that many rows is cut;
     - ``update(..., sample_ids=ids)`` (one global integer id per sample) counts each id once, in id order, for
-      metrics whose states are lists growing by one row per sample; for any other, ``update`` says to use
+      metrics whose states are lists growing by one row per sample (a batch's tensor) or by one element per sample
+      (a tensor of its own: an image's boxes in ``MeanAveragePrecision``); for any other, ``update`` says to use
       ``dataset_size``.
 
     The metric's API is kept (``update``, ``forward``, ``compute``, ``reset``, ``state_dict``, ``plot``), in
