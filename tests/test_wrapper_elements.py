@@ -239,6 +239,7 @@ def test_a_collection_of_per_image_metrics(pool: DistPool) -> None:
     expected = reference(list(range(N)))
     for world in (2, 4):
         for got in pool.values(case_per_image, world, "padded", True):
+            assert got["groups"] == 1  # "b" shares "a"'s states: its rows are an alias on the wire
             assert same(got["a"], expected)
             assert same(got["b"], expected)
 
