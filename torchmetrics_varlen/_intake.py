@@ -454,17 +454,17 @@ def check_grown(
     new = value[first:]
     bad = next((e for e in new if not isinstance(e, Tensor)), None)
     if bad is not None:
-        kind = type(bad).__name__
-        hint = (
-            " (RLE-encoded masks of MeanAveragePrecision(iou_type='segm') are tuples of Python objects: evaluate"
-            " boxes with Varlen(MeanAveragePrecision(iou_type='bbox')), and masks with the metric itself, which"
-            " torchmetrics gathers as objects, after removing the sampler's padding from its inputs)"
-            if isinstance(bad, (tuple, str, bytes, dict))
-            else ""
-        )
+        hint = ""
+        if isinstance(bad, tuple) and "mask" in name:  # MeanAveragePrecision(iou_type="segm")
+            hint = (
+                ". These are RLE-encoded masks (iou_type='segm'): evaluate boxes with"
+                " Varlen(MeanAveragePrecision(iou_type='bbox')), and masks with MeanAveragePrecision itself"
+                " (torchmetrics gathers them as objects), skipping the images a DistributedSampler adds as padding"
+                " (the j-th image of rank r is padding when j * world_size + r >= len(dataset))"
+            )
         msg = (
             f"Expected the list state `{name}` of {type(metric).__name__} to hold tensors, but got a"
-            f" {kind}: Varlen moves tensors only; sync this metric with torchmetrics instead{hint}."
+            f" {type(bad).__name__}: Varlen moves tensors only; sync this metric with torchmetrics instead{hint}."
         )
         raise TypeError(msg)
     if rows is None:
