@@ -1,5 +1,5 @@
 """Developer sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s typecheck``, ``nox -s property``, ``nox -s build``,
-``nox -s oldest``, ``nox -s reference``.
+``nox -s oldest``, ``nox -s reference``, ``nox -s newest``.
 
 Plain virtualenv + pip on purpose: pip finds the local CPU build of ``torch==2.13.0`` on this project's machines,
 uv would download a multi-GB CUDA build.
@@ -37,6 +37,21 @@ VERSION_FREE = [
     "tests/test_intake_paths.py",  # the package's own input checks and stored forms
     "tests/test_threads.py",  # the functional core's worker threads (NumPy)
     "tests/test_sweep.py",  # the functional core's curve sweep (NumPy)
+]
+
+# The newest torch on this project's machines (a CUDA build that runs on the CPU) with the torchvision built for it:
+# the only torch beside which PyPI's torchvision imports here, so the detection tests run in this session alone.
+NEWEST = ["torch==2.14.1", "torchvision==0.29.1"]
+NEWEST_TESTS = [
+    "tests/test_detection.py",  # MeanAveragePrecision (pycocotools) and IntersectionOverUnion, against COCOeval
+    "tests/test_wrapper_elements.py",  # sample_ids for list states of one element per sample
+    "tests/test_distributed.py",  # the sync
+    "tests/test_guard.py",
+    "tests/test_wrapper_distributed.py",
+    "tests/test_wrapper_guard.py",
+    "tests/test_collection_distributed.py",
+    "tests/test_compat.py",  # the private names of torch and torchmetrics the package relies on
+    "tests/test_integrations.py::test_lightning_ddp_spawn_logs_the_single_device_value",
 ]
 
 
@@ -77,6 +92,26 @@ def oldest(session: nox.Session) -> None:
     )
     skipped = [f"--ignore={path}" for path in PARITY + VERSION_FREE] + [f"--deselect={t}" for t in PARITY_TESTS]
     session.run("pytest", "tests", "-p", "no:cacheprovider", *skipped, *session.posargs)
+
+
+@nox.session(default=False)
+def newest(session: nox.Session) -> None:
+    """The newest torch (2.14.1) with torchvision 0.29.1 and pycocotools: the detection tests, which the default
+    environment skips (its torch 2.13 has no torchvision that imports), and the distributed core of the suite (the
+    sync, the guard, the wrapper, collections, Lightning). ``VARLEN_REQUIRE_DETECTION=1`` turns the detection tests'
+    skip into a failure: here they must run.
+    """
+    session.install(*NEWEST)
+    session.install("pycocotools", ".[test]")
+    session.run(
+        "python",
+        "-c",
+        "import torch, torchvision, torchmetrics, pycocotools, lightning;"
+        " print(torch.__version__, torchvision.__version__, torchmetrics.__version__, lightning.__version__)",
+    )
+    session.run(
+        "pytest", *NEWEST_TESTS, "-p", "no:cacheprovider", *session.posargs, env={"VARLEN_REQUIRE_DETECTION": "1"}
+    )
 
 
 @nox.session

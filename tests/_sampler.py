@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
@@ -15,6 +16,23 @@ def sampler_indices(n: int, world: int, rank: int, shuffle: bool, drop_last: boo
         range(n), num_replicas=world, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last
     )
     return list(sampler)
+
+
+def repeat_factor_indices(
+    n: int, world: int, rank: int, factor: Callable[[int], int], seed: int = 0
+) -> tuple[list[int], list[int]]:
+    """What a repeat-factor sampler (detection's sampler for rare classes) deals ``rank``: every index ``i`` repeated
+    ``factor(i)`` times, the whole list shuffled, then dealt round robin (no padding). Also, per index dealt, which
+    copy of it this is in the whole list (0 for the first), the same at every world size.
+    """
+    repeated = [i for i in range(n) for _ in range(factor(i))]
+    order = torch.randperm(len(repeated), generator=torch.Generator().manual_seed(seed)).tolist()
+    dealt = [repeated[j] for j in order]
+    copy, seen = [], dict.fromkeys(range(n), 0)
+    for i in dealt:
+        copy.append(seen[i])
+        seen[i] += 1
+    return dealt[rank::world], copy[rank::world]
 
 
 def evaluated_indices(n: int, world: int, shuffle: bool, drop_last: bool, seed: int = 0) -> list[int]:

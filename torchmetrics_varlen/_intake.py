@@ -28,7 +28,7 @@ from torchmetrics_varlen._coalesce import zeros_view as _zeros
 from torchmetrics_varlen._guarded import SHARED_SYNCS, GuardedMetric
 from torchmetrics_varlen._held import hold, owned_state
 from torchmetrics_varlen._ledger import Ledger
-from torchmetrics_varlen._states import list_rows
+from torchmetrics_varlen._states import EITHER, growth_unit, list_rows
 from torchmetrics_varlen.functional._count import binned_confmat, count_into
 from torchmetrics_varlen.functional._hist import histogram
 from torchmetrics_varlen.functional._tasks import Split, check_sizes, format_inputs
@@ -401,7 +401,8 @@ def check_sample_ids(sample_ids: Any, rows: int, metric: Metric) -> Tensor:
     tensors = sorted(n for n in metric._defaults if isinstance(getattr(metric, n), Tensor))
     if tensors:
         msg = (
-            f"Expected `sample_ids` only with a metric whose states are lists growing by one row per sample, but got"
+            "Expected `sample_ids` only with a metric whose states are lists growing by one row or one element per"
+            f" sample, but got"
             f" {type(metric).__name__}, whose states {tensors} are tensors that ids cannot de-duplicate. Use"
             " `dataset_size=` to drop DistributedSampler padding instead."
         )
@@ -429,8 +430,8 @@ def list_states(metric: Metric) -> dict[str, list[Any]]:
 
 
 def check_growth(metric: Metric, before: dict[str, int], rows: int | None) -> None:
-    """After an update: every new list element is a tensor, and with ``rows`` (ids) every list state grew by one row
-    per sample. ``before`` holds the lengths of the list states before the update.
+    """After an update without ``sample_ids`` (``rows`` ``None``): every new list element is a tensor. With ids, see
+    :func:`check_grown`. ``before`` holds the lengths of the list states before the update.
     """
     for name, value in list_states(metric).items():
         first = before.get(name, 0)
@@ -439,20 +440,72 @@ def check_growth(metric: Metric, before: dict[str, int], rows: int | None) -> No
         check_grown(metric, name, value, first, rows)
 
 
-def check_grown(metric: Metric, name: str, value: list[Any], first: int, rows: int | None) -> None:
-    """:func:`check_growth` of the list state ``name`` (``value``), ``first`` elements long before the update."""
+def check_grown(
+    metric: Metric, name: str, value: list[Any], first: int, rows: int | None, held: str | None = None, earlier: int = 0
+) -> str | None:
+    """One list state ``name`` (``value``) after an update, ``first`` elements long before it: every new element is a
+    tensor, and with ``rows`` (the batch's number of ``sample_ids``) each sample added one row or one element
+    (:func:`~torchmetrics_varlen._states.growth_unit`), as with the earlier batches (``held``: what the state held per
+    sample before, ``None`` while it was empty; ``earlier``: the samples before this batch, counted only when it
+    matters). Returns what the state holds per sample after the update (``None``: still nothing).
+
+    Raises:
+        TypeError: If a new element is not a tensor.
+        ValueError: With ``rows``, if the state grew by neither one row nor one element per sample, or not as it did
+            with the earlier batches.
+    """
     new = value[first:]
     bad = next((e for e in new if not isinstance(e, Tensor)), None)
     if bad is not None:
+        hint = ""
+        if isinstance(bad, tuple) and "mask" in name:  # MeanAveragePrecision(iou_type="segm")
+            hint = (
+                ". These are RLE-encoded masks (iou_type='segm'): evaluate boxes with"
+                " Varlen(MeanAveragePrecision(iou_type='bbox')), and masks with MeanAveragePrecision itself"
+                " (torchmetrics gathers them as objects), skipping the images a DistributedSampler adds as padding"
+                " (the j-th image of rank r is padding when j * world_size + r >= len(dataset))"
+            )
         msg = (
             f"Expected the list state `{name}` of {type(metric).__name__} to hold tensors, but got a"
-            f" {type(bad).__name__}: Varlen moves tensors only; sync this metric with torchmetrics instead."
+            f" {type(bad).__name__}: Varlen moves tensors only; sync this metric with torchmetrics instead{hint}."
         )
         raise TypeError(msg)
-    if rows is not None and list_rows(new) != rows:
+    if rows is None:
+        return None
+    grown = growth_unit(new, rows)
+    if grown is None:
+        if not new and not first:
+            return None  # a state that holds nothing stays empty (boxes-only detection: the mask states)
         msg = (
-            f"Expected every list state of {type(metric).__name__} to grow by one row per sample with"
-            f" `sample_ids` ({rows} rows), but `{name}` grew by {list_rows(new)}. Use `dataset_size=` to drop"
+            f"Expected every list state of {type(metric).__name__} to grow by one element per sample (a tensor of its"
+            f" own, such as an image's boxes) or to grow by one row per sample with `sample_ids` ({rows} rows), but"
+            f" `{name}` grew by {list_rows(new)} rows in {len(new)} elements. Use `dataset_size=` to drop"
             " DistributedSampler padding instead."
         )
         raise ValueError(msg)
+    if not rows or not new:
+        return held  # a batch without samples: its empty elements are dropped
+    if not first and earlier:
+        msg = (
+            f"Expected every list state of {type(metric).__name__} to grow with every batch of `sample_ids`, but"
+            f" `{name}` held nothing for the {earlier} earlier samples and grew in this update. Use `dataset_size=`"
+            " to drop DistributedSampler padding instead."
+        )
+        raise ValueError(msg)
+    if held in (None, EITHER, grown) or grown == EITHER:
+        return grown if held in (None, EITHER) else held
+    msg = (
+        f"Expected every list state of {type(metric).__name__} to grow the same way with every batch of `sample_ids`,"
+        f" but `{name}` held {held} per sample and grew by {grown} per sample in this update ({len(new)} elements"
+        f" of {list_rows(new)} rows for {rows} samples). Use `dataset_size=` to drop DistributedSampler padding"
+        " instead."
+    )
+    raise ValueError(msg)
+
+
+def drop_empty(value: list[Any], first: int) -> None:
+    """Remove the elements of no row that an update added to a list state after its first ``first`` (a state of
+    one row per sample: they hold no sample, and would make the stored list read as one element per sample).
+    """
+    if any(e.ndim and not e.shape[0] for e in value[first:]):
+        value[first:] = [e for e in value[first:] if not (e.ndim and not e.shape[0])]

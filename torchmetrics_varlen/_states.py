@@ -17,6 +17,12 @@ rank's elements); ``None`` keeps the stack (the element list). Where this differ
 a list state that no rank filled stays ``[]`` (as on one process; torchmetrics makes it an empty float tensor), a
 ``"cat"`` tensor state is concatenated rather than stacked (the single-process value needs its rows, and the ranks'
 row counts may differ), and element lists are in rank order (torchmetrics interleaves equally long lists).
+
+**Samples in list states** (``sample_ids``): a sample adds to each list state either *one row* (a batch's tensor of
+``B`` rows for ``B`` ids: scores, labels, query indexes) or *one element* (a tensor of its own, of any number of rows:
+an image's boxes, a query's list). :func:`growth_unit` tells which a batch did, :func:`stored_unit` which a stored list
+holds; a list state that holds one row per sample never keeps an empty element (the wrapper drops those), so the
+stored list alone says which it is. :func:`dedup_states` keeps one copy of each id, whichever the unit.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import torch
 from torch import Tensor
 from torchmetrics.utilities.data import dim_zero_cat
 
-from torchmetrics_varlen._dedup import dedup_by_id
+from torchmetrics_varlen._dedup import conflicting_id, dedup_by_id
 from torchmetrics_varlen._dist.errors import MetricSyncError
 from torchmetrics_varlen._dist.exchange import CheckedIn
 
@@ -45,6 +51,52 @@ def _rows(element: Tensor) -> int:
 def list_rows(elements: list[Any]) -> int:
     """Rows of a list state (elements must be tensors)."""
     return sum(_rows(e) for e in elements)
+
+
+ROW, ELEMENT, EITHER = "one row", "one element", ""  # what one sample adds to a list state (see the module docstring)
+UNITS = (ROW, ELEMENT)  # the values the ranks of a sync must agree on, per list state
+
+
+def _one_row(element: Tensor) -> bool:
+    return element.ndim == 0 or element.shape[0] == 1
+
+
+def growth_unit(new: list[Tensor], samples: int) -> str | None:
+    """What each of ``samples`` samples added to a list state whose new elements are ``new``: :data:`ELEMENT` (one
+    element each, not all of one row), :data:`ROW` (``samples`` rows in all, in another number of elements),
+    :data:`EITHER` (one one-row element each, where both readings agree; or no sample and only empty elements), or
+    ``None`` when neither fits (nothing added for some samples included).
+
+    Example:
+        >>> from torch import zeros
+        >>> growth_unit([zeros(3, 4), zeros(0, 4)], 2), growth_unit([zeros(5)], 5), growth_unit([zeros(6)], 3)
+        ('one element', 'one row', None)
+    """
+    if samples and len(new) == samples:
+        return EITHER if all(map(_one_row, new)) else ELEMENT
+    if list_rows(new) == samples:
+        return ROW if samples else EITHER
+    return None
+
+
+def stored_unit(elements: list[Tensor], samples: int) -> str:
+    """What each of ``samples`` samples holds in a list state the wrapper filled (``elements``): :data:`ELEMENT`,
+    :data:`ROW`, or :data:`EITHER` (one one-row element per sample, or no element at all). A list of one row per sample
+    holds no empty element, so it holds as many elements as samples only when every element is one row.
+    """
+    if not elements:
+        return EITHER
+    if len(elements) == samples:
+        return EITHER if all(map(_one_row, elements)) else ELEMENT
+    return ROW
+
+
+def per_element(unit: str | None, reduction: Reduction) -> bool:
+    """Whether a list state is de-duplicated element by element: it holds one element per sample (``unit``, agreed by
+    the ranks; ``None``: either reading), or one one-row element per sample and is not concatenated (the elements are
+    kept as elements, as one process holds them).
+    """
+    return unit == ELEMENT or (unit in (None, EITHER) and reduction is not dim_zero_cat)
 
 
 def encode_state(name: str, value: Tensor | list[Tensor], reduction: Reduction) -> dict[str, list[Tensor]]:
@@ -146,20 +198,24 @@ def keep_rows(value: Tensor | list[Tensor], keep: Tensor) -> Tensor | list[Tenso
 
 
 def dedup_states(
-    states: dict[str, Tensor | list[Tensor]], ids: Tensor | None, what: str
+    states: dict[str, Tensor | list[Tensor]], ids: Tensor | None, what: str, elements: frozenset[str] = frozenset()
 ) -> tuple[dict[str, Tensor | list[Tensor]], int | None]:
-    """Row-aligned states with one row per id, ordered by id; ``None`` ids: as they are.
+    """States with one sample per id, ordered by id; ``None`` ids: as they are. A sample is one row of each state,
+    or, for the list states named in ``elements``, one element (kept as an element).
 
-    Rows that are not floating point (labels, query indexes) must agree between the copies of an id. Of copies whose
-    floating-point rows differ, the one kept is the smallest in the lexicographic order of its floating-point columns
-    (states in the metric's order, each by value): a rule of the copies alone (see ``dedup_by_id``), so the value is
-    the same at every world size.
+    The parts of a sample that are not floating point (labels, query indexes, and the shapes of its elements) must
+    agree between the copies of an id. Of copies whose floating-point parts differ, the one kept is the smallest in
+    the lexicographic order of its floating-point values (states in the metric's order, each by value, an element
+    flattened): a rule of the copies alone (see ``dedup_by_id``), so the value is the same at every world size.
 
     Raises:
-        ValueError: If a state's rows do not match the ids, or two copies of an id differ in their labels.
+        ValueError: If a state's rows (elements) do not match the ids, or two copies of an id differ in their labels
+            or shapes.
     """
     if ids is None:
         return states, None
+    if any(states[name] for name in elements if name in states):
+        return _dedup_samples(states, ids, what, elements)
     labels, scores = [], []
     for name, value in states.items():
         if isinstance(value, list) and not value:
@@ -175,3 +231,94 @@ def dedup_states(
     target = torch.cat(labels, dim=1) if labels else ids.new_zeros(ids.numel(), 1)
     keep = dedup_by_id(ids, torch.zeros_like(ids), target, torch.cat(scores, dim=1) if scores else None)
     return {name: keep_rows(value, keep) for name, value in states.items()}, int(keep.numel())
+
+
+def _dedup_samples(
+    states: dict[str, Tensor | list[Tensor]], ids: Tensor, what: str, elements: frozenset[str]
+) -> tuple[dict[str, Tensor | list[Tensor]], int]:
+    """:func:`dedup_states` when some list states hold one element per sample: only the copies are compared."""
+    n = ids.numel()
+    parts: dict[str, Tensor | list[Tensor]] = {}
+    for name, value in states.items():
+        if isinstance(value, list) and not value:
+            continue
+        if name in elements:
+            assert isinstance(value, list)
+            count, unit = len(value), "elements"
+            parts[name] = value
+        else:
+            rows = as_rows(value)
+            count, unit = int(rows.shape[0]), "rows"
+            parts[name] = rows
+        if count != n:
+            msg = f"{what}: state `{name}` has {count} {unit} for {n} sample ids."
+            raise ValueError(msg)
+    sorted_ids, order = torch.sort(ids, stable=True)
+    same = sorted_ids[1:] == sorted_ids[:-1]
+    keep = order
+    if bool(same.any()):
+        repeated = torch.zeros(n, dtype=torch.bool, device=ids.device)
+        repeated[1:] |= same
+        repeated[:-1] |= same
+        copies = order[repeated]  # grouped by id, each id's copies in input order
+        kept = torch.cat([order[~repeated], copies[_choose_copies(parts, ids[copies], copies)]])
+        keep = kept[torch.sort(ids[kept]).indices]
+    at = keep.tolist()
+    out: dict[str, Tensor | list[Tensor]] = {}
+    for name, value in states.items():
+        if name in elements and isinstance(value, list):
+            out[name] = [value[i] for i in at] if value else value
+        else:
+            out[name] = keep_rows(value, keep)
+    return out, len(at)
+
+
+def _choose_copies(parts: dict[str, Tensor | list[Tensor]], ids: Tensor, copies: Tensor) -> Tensor:
+    """Which of the ``copies`` (sample positions, grouped by id: ``ids``) to keep, one per id in id order: the parts
+    that are not floating point must agree (:func:`_check_copies`), the smallest floating-point values win.
+    """
+    positions = copies.tolist()
+    start = torch.ones_like(ids, dtype=torch.bool)
+    start[1:] = ids[1:] != ids[:-1]
+    first = torch.cummax(torch.where(start, torch.arange(ids.numel(), device=ids.device), 0), 0).values.tolist()
+    scores = []
+    for name, value in parts.items():
+        pieces = [value[i] for i in positions] if isinstance(value, list) else list(value[copies.to(value.device)])
+        _check_copies(name, pieces, ids, first)
+        if pieces[0].is_floating_point():
+            flat = [p.reshape(-1).to(device=ids.device, dtype=torch.float64) for p in pieces]
+            scores.append(torch.nn.utils.rnn.pad_sequence(flat, batch_first=True))  # copies of an id: equal widths
+    if not scores:
+        return dedup_by_id(ids, torch.zeros_like(ids), ids.new_zeros(ids.numel(), 1))
+    return dedup_by_id(ids, torch.zeros_like(ids), ids.new_zeros(ids.numel(), 1), torch.cat(scores, dim=1))
+
+
+def _check_copies(name: str, pieces: list[Tensor], ids: Tensor, first: list[int]) -> None:
+    """Raise if a copy's piece of state ``name`` differs from its id's first copy in shape, or, for pieces that are
+    not floating point (labels), in value.
+    """
+    labels = not (pieces[0].is_floating_point() or pieces[0].is_complex())
+    for at, head in enumerate(first):
+        if at == head:
+            continue
+        a, b = pieces[head], pieces[at]
+        if a.shape != b.shape:
+            sample_id = int(ids[at])
+            msg = (
+                f"Sample id {sample_id} was seen twice with `{name}` of different shapes ({tuple(a.shape)} and"
+                f" {tuple(b.shape)}). Copies of one id must be the same sample: check that `sample_ids` are global"
+                " dataset indices, not per-rank or per-batch positions, and that the model gives a repeated sample"
+                " the same outputs (with DistributedSampler, `dataset_size=` drops its padding before anything is"
+                " stored, so no copies are compared)."
+            )
+            raise ValueError(msg)
+        if labels and not torch.equal(a, b.to(a.device)):
+            raise conflicting_id(int(ids[at]), _shown(a), _shown(b), f" in `{name}`")
+
+
+def _shown(piece: Tensor) -> object:
+    """A piece of a sample for an error message: its value, or its first values."""
+    values = piece.reshape(-1).long().tolist()
+    if piece.ndim == 0:
+        return values[0]
+    return values if len(values) <= 8 else f"[{', '.join(map(str, values[:8]))}, ...]"

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 from torchmetrics import Metric
+from torchmetrics.utilities.data import dim_zero_cat
 
 from torchmetrics_varlen._compat import set_grad_mode
 from torchmetrics_varlen._dedup import SyncReport
@@ -22,19 +23,32 @@ from torchmetrics_varlen._intake import (
     check_growth,
     check_sample_ids,
     cut_batch,
+    drop_empty,
     inner_config,
     list_states,
     reductions_by_id,
     wrappable,
 )
 from torchmetrics_varlen._ledger import Ledger, host_counters, warning_compute
-from torchmetrics_varlen._states import as_rows, decode_state, dedup_states, encode_state, local_state
+from torchmetrics_varlen._states import (
+    ROW,
+    UNITS,
+    as_rows,
+    decode_state,
+    dedup_states,
+    encode_state,
+    local_state,
+    per_element,
+    stored_unit,
+)
 
 _OWN: tuple[str, str, str, str] = ("varlen_ids", "varlen_rows", "varlen_padding", "varlen_rejected")
 _PLAIN = frozenset(("_computed", "_update_count", "_forward_cache"))  # plain attributes torchmetrics sets per update
 _IDS = "#ids"  # the wire name of the ids (never a state name of the wrapped metric)
 _COMPUTE_WARNING = r"The ``compute`` method of metric"
 _PLAN_KEY = "_varlen_plan"  # the wrapper's _Plan of its metric, in its __dict__ (not pickled: made again)
+_UNITS_KEY = "_varlen_units"  # with ids: what each list state of the metric holds per sample (``_states.ROW`` ...)
+_UNIT_MODE = "{} per sample"  # the sync's mode of each list state: what a sample adds to it (``_states.UNITS``)
 _WRAPPER_CODE = Metric._wrap_update(None, print).__code__  # type: ignore[arg-type]  # torchmetrics' update wrapper
 
 
@@ -73,6 +87,19 @@ def _run_update(metric: Metric, update: Callable[..., Any], args: tuple[Any, ...
         metric._move_list_states_to_cpu()
 
 
+def _keep_units(
+    plan: _Plan, inner: Metric, before: list[int], rows: int, grown: dict[str, str], units: dict[str, str]
+) -> None:
+    """After an update with ids: record what each list state holds per sample (``grown``, into ``units``), and drop
+    the empty elements the batch added to states of one row per sample (all of them, for a batch of no samples).
+    """
+    lengths = dict(zip(plan.names, before, strict=True))
+    for name, value in list_states(inner).items():
+        if not rows or grown.get(name) == ROW:
+            drop_empty(value, max(lengths.get(name, 0), 0))
+    units.update(grown)
+
+
 class _Plan:
     """What every batch of the wrapper reuses from the first one, as long as the wrapped metric keeps the same states
     and the same ``update`` attribute (a copy re-wraps it; a metric may add states in its first update).
@@ -84,10 +111,11 @@ class _Plan:
       that wrapper's bookkeeping, once, instead of through two nested torchmetrics wrappers.
     """
 
-    __slots__ = ("custom", "method", "names", "states", "wrapper")
+    __slots__ = ("custom", "method", "names", "rows_units", "states", "wrapper")
 
     def __init__(self, inner: Metric) -> None:
         self.names = tuple(inner._defaults)
+        self.rows_units = dict.fromkeys(self.names, ROW)  # ids: every state holds one row per sample
         get = operator.attrgetter(*self.names) if self.names else lambda _: ()
         self.states: Callable[[Metric], tuple[Any, ...]] = get if len(self.names) != 1 else lambda m: (get(m),)
         self.wrapper = inner.__dict__.get("update")
@@ -127,13 +155,21 @@ class _Plan:
             return sample_ids
         return check_sample_ids(sample_ids, rows, inner)
 
-    def check_growth(self, inner: Metric, before: list[int], rows: int | None) -> None:
+    def check_growth(
+        self, inner: Metric, before: list[int], rows: int | None, units: dict[str, str], earlier: Callable[[], int]
+    ) -> dict[str, str] | None:
         """:func:`check_growth` of one update, from the lengths of the list states ``before`` it (``-1``: not a
-        list).
+        list). With ids (``rows``), what each list state holds per sample after the update (``None``: as ``units``,
+        what they held before, says), from :func:`check_grown` (``earlier``: the number of samples before the batch).
         """
         if len(inner._defaults) != len(self.names):  # states added by the update
-            check_growth(inner, {n: b for n, b in zip(self.names, before, strict=True) if b >= 0}, rows)
-            return
+            if rows is None:
+                check_growth(inner, {n: b for n, b in zip(self.names, before, strict=True) if b >= 0}, rows)
+                return None
+            lengths = dict(zip(self.names, before, strict=True))
+            return self._grown(
+                inner, [(n, lengths.get(n, 0), v) for n, v in list_states(inner).items()], rows, units, earlier
+            )
         values = self.states(inner)
         for first, value in zip(before, values, strict=True):  # the common update: one tensor appended to each
             if not (
@@ -144,16 +180,39 @@ class _Plan:
                 and (rows is None or rows == (new.shape[0] if new.ndim else 1))
             ):
                 break
-        else:
-            return
+        else:  # with ids: one row per sample (of a batch of rows, and as before) or one either way
+            if rows is None or (rows and 0 not in before and (rows == 1 or units == self.rows_units)):
+                return None
+        if rows is not None:
+            grown = [(n, f, v) for n, f, v in zip(self.names, before, values, strict=True) if isinstance(v, list)]
+            return self._grown(inner, grown, rows, units, earlier)
         for name, first, value in zip(self.names, before, values, strict=True):
             if isinstance(value, list):
-                if first >= 0 and len(value) == first + 1 and isinstance(new := value[-1], Tensor):
-                    if rows is None or rows == (new.shape[0] if new.ndim else 1):
-                        continue  # the common update: one tensor appended (one row per id)
-                elif rows is None and len(value) == first:
+                if first >= 0 and len(value) == first + 1 and isinstance(value[-1], Tensor):
+                    continue  # the common update: one tensor appended
+                if len(value) == first:
                     continue  # nothing appended
                 check_grown(inner, name, value, max(first, 0), rows)
+        return None
+
+    @staticmethod
+    def _grown(
+        inner: Metric, grown: list[tuple[str, int, Any]], rows: int, units: dict[str, str], earlier: Callable[[], int]
+    ) -> dict[str, str]:
+        """With ids: :func:`check_grown` of every list state ``(name, length before, list)``, what each holds per
+        sample before the update read from ``units`` (or, if not recorded, from the stored list).
+        """
+        after: dict[str, str] = {}
+        for name, first, value in grown:
+            first = max(first, 0)
+            held = units.get(name) if first else None
+            if first and held is None:  # states loaded or shared: read once from the list
+                held = stored_unit(value[:first], earlier())
+            before_count = earlier() if not first and len(value) > first and rows else 0
+            unit = check_grown(inner, name, value, first, rows, held, before_count)
+            if unit is not None:
+                after[name] = unit
+        return after
 
 
 class Varlen(GuardedMetric):
@@ -169,7 +228,8 @@ class Varlen(GuardedMetric):
       states included): rows are counted along dim 0 of the first tensor (or list of samples) among the arguments,
       and every argument with that many rows is cut;
     - ``update(..., sample_ids=ids)`` (one global integer id per sample) counts each id once, in id order, for
-      metrics whose states are lists growing by one row per sample; for any other, ``update`` says to use
+      metrics whose states are lists growing by one row per sample (a batch's tensor) or by one element per sample
+      (a tensor of its own: an image's boxes in ``MeanAveragePrecision``); for any other, ``update`` says to use
       ``dataset_size``.
 
     The metric's API is kept (``update``, ``forward``, ``compute``, ``reset``, ``state_dict``, ``plot``), in
@@ -228,6 +288,7 @@ class Varlen(GuardedMetric):
         for name in _OWN[1:]:
             self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self._proxied: set[str] = set()
+        self.__dict__[_UNITS_KEY] = {}
         self._ledger = Ledger(self._sync_name_of(metric), dataset_size, _OWN[1:])
         self._mirror()
         self._init_sync(sync_key)
@@ -370,7 +431,8 @@ class Varlen(GuardedMetric):
                 value = call(*args, **kwargs)
             else:
                 plan.update(inner, args, kwargs)
-            plan.check_growth(inner, before, rows if ids is not None else None)
+            units = state[_UNITS_KEY]
+            grown = plan.check_growth(inner, before, rows if ids is not None else None, units, self._id_count)
         except BaseException:
             if snapshot is not None:  # torchmetrics' forward reset the states before its update raised
                 restore_forward(inner, snapshot)
@@ -380,6 +442,8 @@ class Varlen(GuardedMetric):
             inner._update_count, inner._computed = count, None
             ledger.reject(self, 0, rows)
             raise
+        if grown is not None:
+            _keep_units(plan, inner, before, rows, grown, units)
         if len(inner._defaults) != len(state["_proxied"]):
             self._mirror()  # states a metric adds in its first update
         if ids is not None:
@@ -411,6 +475,10 @@ class Varlen(GuardedMetric):
             raise
         return ids
 
+    def _id_count(self) -> int:
+        """The number of ``sample_ids`` this rank holds."""
+        return sum(int(ids.shape[0]) for ids in self.varlen_ids)
+
     def _dedup_mode(self) -> str | None:
         """``"ids"`` or ``"none"`` once an accepted batch decided it, ``None`` before (:meth:`Ledger.stored_mode`)."""
         return self._ledger.stored_mode(self, "ids", bool(self.varlen_ids))
@@ -433,22 +501,58 @@ class Varlen(GuardedMetric):
         for name in sorted(inner._defaults):
             cat.update(encode_state(name, getattr(inner, name), inner._reductions[name]))
         cat[_IDS] = list(self.varlen_ids) or [torch.zeros(0, dtype=torch.int64, device=device)]
+        ids_mode = self._dedup_mode() == "ids"
+        units = self._stored_units() if ids_mode else {}
         modes = {"dedup": Mode(self._dedup_mode(), ("none", "ids"))}
+        for name in sorted(inner._defaults):
+            if isinstance(inner._defaults[name], list):  # what a sample adds to it: the ranks must agree
+                modes[_UNIT_MODE.format(name)] = Mode(units.get(name) or None, UNITS)
         return Payload(cat=cat, device=device, info=self._local_info(), modes=modes)
+
+    def _stored_units(self) -> dict[str, str]:
+        """What each list state of the wrapped metric holds per sample id on this rank (:func:`stored_unit`)."""
+        count = self._id_count()
+        return {name: stored_unit(value, count) for name, value in list_states(self.metric).items()}
 
     def _sync_receive(self, result: Gathered) -> None:
         inner, what = self.metric, f"{self._sync_name()}.compute()"
+        ranks = result.checked.ranks
+        ids, elements = None, frozenset[str]()
+        if any(r.modes["dedup"] == "ids" for r in ranks):
+            ids = as_rows(result.cat[_IDS])
+            units = {
+                key: next((r.modes[key] for r in ranks if r.modes[key] is not None), None) for key in ranks[0].modes
+            }
+            elements = self._per_element(lambda name: units.get(_UNIT_MODE.format(name)))
         states = {
-            name: decode_state(name, inner._reductions[name], result.cat, result.checked, what)
+            name: decode_state(
+                name, None if name in elements else inner._reductions[name], result.cat, result.checked, what
+            )
             for name in inner._defaults
         }
-        ids = None
-        if any(r.modes["dedup"] == "ids" for r in result.checked.ranks):
-            ids = as_rows(result.cat[_IDS])
-        states, kept = dedup_states(states, ids, self._sync_name())
+        self._set_deduplicated(states, ids, elements)
+        self._report(result.checked.info, self._kept, synced=True)
+
+    def _per_element(self, unit: Callable[[str], str | None]) -> frozenset[str]:
+        """The wrapped metric's list states de-duplicated element by element, given what each holds per sample."""
+        inner = self.metric
+        lists = [n for n in inner._defaults if isinstance(inner._defaults[n], list)]
+        return frozenset(n for n in lists if per_element(unit(n), inner._reductions[n]))
+
+    def _set_deduplicated(
+        self, states: dict[str, Tensor | list[Tensor]], ids: Tensor | None, elements: frozenset[str]
+    ) -> None:
+        """Set the wrapped metric's states to ``states`` de-duplicated by ``ids`` (:func:`dedup_states`), the states
+        de-duplicated element by element (``elements``) then reduced as the metric reduces them (a concatenation).
+        """
+        inner = self.metric
+        states, self._kept = dedup_states(states, ids, self._sync_name(), elements)
         for name, value in states.items():
+            if name in elements and value and inner._reductions[name] is dim_zero_cat:
+                value = dim_zero_cat(value)
             setattr(inner, name, value)
-        self._report(result.checked.info, kept, synced=True)
+
+    _kept: int | None = None  # distinct samples of the last de-duplication (``None``: no ids)
 
     def _sync_alias_key(self) -> tuple[list[Any], str]:
         # No reuse of syncs across compute-group members (_sync_share_key): a rank decides that alone, from its own
@@ -469,14 +573,17 @@ class Varlen(GuardedMetric):
         inner = self.metric
         local: dict[str, Any] = {}
         if not self._is_synced:  # one process, or sync_on_compute=False: this rank's samples, de-duplicated by id
-            kept = None
+            self._kept = None
             if self.varlen_ids:
                 local = {name: getattr(inner, name) for name in inner._defaults}
-                states = {name: local_state(value, inner._reductions[name]) for name, value in local.items()}
-                states, kept = dedup_states(states, torch.cat(self.varlen_ids), self._sync_name())
-                for name, value in states.items():
-                    setattr(inner, name, value)
-            self._report(None, kept, synced=False)
+                units = self._stored_units()
+                elements = self._per_element(units.get)
+                states = {
+                    name: value if name in elements else local_state(value, inner._reductions[name])
+                    for name, value in local.items()
+                }
+                self._set_deduplicated(states, torch.cat(self.varlen_ids), elements)
+            self._report(None, self._kept, synced=False)
         try:
             inner._computed = None
             with warnings.catch_warnings():
@@ -492,6 +599,7 @@ class Varlen(GuardedMetric):
         super().reset()
         self.metric.reset()
         self._ledger.reset()
+        self.__dict__[_UNITS_KEY] = {}
         self.sync_report = None
 
     def persistent(self, mode: bool = False) -> None:
@@ -506,6 +614,7 @@ class Varlen(GuardedMetric):
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
         self._ledger.load(self, state_dict, prefix)
+        self.__dict__[_UNITS_KEY] = {}  # read again from the loaded lists
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         if any(self._ledger.counts(self)) and not self._update_count:
             self._update_count = 1  # loaded states are updates: compute() must not warn that none happened
