@@ -41,6 +41,11 @@ VERSION_FREE = [
     "tests/test_intake_paths.py",  # the package's own input checks and stored forms
     "tests/test_threads.py",  # the functional core's worker threads (NumPy)
     "tests/test_sweep.py",  # the functional core's curve sweep (NumPy)
+    "tests/test_normalization.py",  # the functional core's sigmoid / softmax
+    "tests/test_weighted_curves.py",  # the functional core's weighted running sums
+    "tests/test_reference_proc.py",  # DeLong against R's pROC (its own session: reference)
+    "tests/property/test_normalization_property.py",
+    "tests/property/test_weighted_curve_property.py",
 ]
 
 # The newest torch on this project's machines (a CUDA build that runs on the CPU) with the torchvision built for it:
