@@ -65,7 +65,9 @@ def _rank(rank: int, port: int, queue: Any) -> None:
     update = _files_during(package, lambda: metric.update(preds[3:], target[3:]))
     compute = _files_during(package, metric.compute)
     chain = [
-        f"{c.__module__}.{c.__qualname__}" for c in type(metric).__mro__ if c.__module__.startswith("torchmetrics_varlen")
+        f"{c.__module__}.{c.__qualname__}"
+        for c in type(metric).__mro__
+        if c.__module__.startswith("torchmetrics_varlen")
     ]
     if rank == 0:
         queue.put({"update": _split(update), "compute": _split(compute), "mro": chain})
@@ -73,6 +75,7 @@ def _rank(rank: int, port: int, queue: Any) -> None:
 
 
 def main() -> None:
+    """Spawn the two ranks and print what rank 0 traced."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json", action="store_true")
     ns = parser.parse_args()

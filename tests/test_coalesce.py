@@ -1,4 +1,4 @@
-"""Stored batches are merged as they arrive (``_coalesce.py``): the number of stored pieces stays small whatever the
+"""Stored batches are merged as they arrive (``_core/coalesce.py``): the number of stored pieces stays small whatever the
 batch size, and every value is the bits of the same data in one piece (or, with mixed float widths, of the same
 pieces never merged). Single process, and on 2 / 3 gloo ranks for every way to sync.
 """

@@ -10,8 +10,8 @@ import torch
 
 import torchmetrics_varlen
 from torchmetrics_varlen import VarlenAUROC, VarlenAveragePrecision, VarlenROC
-from torchmetrics_varlen.classification._sharded import Sharded
-from torchmetrics_varlen.classification._strategy import GatherToAll, GatherToOne, Summed
+from torchmetrics_varlen._core.sharded import Sharded
+from torchmetrics_varlen._core.strategies import GatherToAll, GatherToOne, Summed
 
 PACKAGE = Path(torchmetrics_varlen.__file__).parent
 

@@ -14,10 +14,7 @@ from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
 from torchmetrics_varlen._compat import set_grad_mode
-from torchmetrics_varlen._dedup import SyncReport
-from torchmetrics_varlen._dist.exchange import Gathered, Mode
-from torchmetrics_varlen._guarded import GuardedMetric, Payload, forward_snapshot, restore_forward
-from torchmetrics_varlen._intake import (
+from torchmetrics_varlen._core.batch import (
     batch_rows,
     check_grown,
     check_growth,
@@ -29,8 +26,10 @@ from torchmetrics_varlen._intake import (
     reductions_by_id,
     wrappable,
 )
-from torchmetrics_varlen._ledger import Ledger, host_counters, warning_compute
-from torchmetrics_varlen._states import (
+from torchmetrics_varlen._core.dedup import SyncReport
+from torchmetrics_varlen._core.ledger import Ledger, host_counters, warning_compute
+from torchmetrics_varlen._core.seam import GuardedMetric, Payload, forward_snapshot, restore_forward
+from torchmetrics_varlen._core.states import (
     ROW,
     UNITS,
     as_rows,
@@ -41,6 +40,7 @@ from torchmetrics_varlen._states import (
     per_element,
     stored_unit,
 )
+from torchmetrics_varlen._dist.exchange import Gathered, Mode
 
 _OWN: tuple[str, str, str, str] = ("varlen_ids", "varlen_rows", "varlen_padding", "varlen_rejected")
 _PLAIN = frozenset(("_computed", "_update_count", "_forward_cache"))  # plain attributes torchmetrics sets per update

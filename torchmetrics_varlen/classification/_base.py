@@ -1,8 +1,8 @@
 """The state handling shared by every metric of the package; how it syncs and computes is its compute strategy.
 
 A metric keeps one row per sample in list states (exact mode) or a summed state (binned, 16-bit): its ``Mode``.
-``update`` validates, drops sampler padding (the ledger, ``_ledger.py``), formats and appends (or adds); ``compute``
-runs after one guarded sync, through the strategy chosen in the constructor (``_strategy.py``, ``_sync.py``).
+``update`` validates, drops sampler padding (the ledger, ``_core/ledger.py``), formats and appends (or adds); ``compute``
+runs after one guarded sync, through the strategy chosen in the constructor (``_core/strategies.py``, ``_core/sync.py``).
 
 The constructor keywords of the synchronisation (``dataset_size``, ``sync_timeout``, ``compute_on_rank``,
 ``compute_sharded``, ``sync_key``) are declared here only; the public classes pass them through ``**kwargs``.
@@ -16,11 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import SCALAR_AVERAGES, TASKS, Average, Normalization, Thresholds, validate_metric_args
-from torchmetrics_varlen._coalesce import count_piece
-from torchmetrics_varlen._dedup import SyncReport
-from torchmetrics_varlen._held import HeldHistogram, count_held, drop_held
-from torchmetrics_varlen._intake import (
+from torchmetrics_varlen._core.batch import (
     CHECK_ONLY,
     CHECKED,
     check_only,
@@ -28,11 +24,22 @@ from torchmetrics_varlen._intake import (
     stored_weight_mode,
     take_batch,
 )
-from torchmetrics_varlen._ledger import Ledger, host_counters
-from torchmetrics_varlen.classification._sync import _COUNTERS, SHARED_SYNCS, _SyncedMetric, choose_strategy
+from torchmetrics_varlen._core.coalesce import count_piece
+from torchmetrics_varlen._core.dedup import SyncReport
+from torchmetrics_varlen._core.held import HeldHistogram, count_held, drop_held
+from torchmetrics_varlen._core.ledger import Ledger, host_counters
+from torchmetrics_varlen._core.sync import _COUNTERS, SHARED_SYNCS, _SyncedMetric, choose_strategy
 from torchmetrics_varlen.functional._count import Mode, threshold_tensor
 from torchmetrics_varlen.functional._reduce import RankStatistic
-from torchmetrics_varlen.functional._tasks import Split
+from torchmetrics_varlen.functional._tasks import (
+    SCALAR_AVERAGES,
+    TASKS,
+    Average,
+    Normalization,
+    Split,
+    Thresholds,
+    validate_metric_args,
+)
 
 _PLAIN = frozenset(("_computed", "_update_count", "_forward_cache"))  # plain attributes torchmetrics sets per update
 
@@ -158,7 +165,7 @@ class _VarlenMetric(_SyncedMetric):
         start: int | None,
         sample_weight: Tensor | None = None,
     ) -> None:
-        """Validate, drop sampler padding, format and append (or count) one batch; all or nothing (``_intake.py``)."""
+        """Validate, drop sampler padding, format and append (or count) one batch; all or nothing (``_core/batch.py``)."""
         if CHECK_ONLY in self.__dict__:  # a collection's check before any member takes the batch (_precheck)
             check_only(self, preds, target, sample_ids, extras, sample_weight)
             return
@@ -210,20 +217,20 @@ class _VarlenMetric(_SyncedMetric):
             value = super().forward(*args, **kwargs)
         finally:
             self._in_forward = False
-        if self._summed is None:  # the batch's piece is in the row states now: count it (``_coalesce.py``)
+        if self._summed is None:  # the batch's piece is in the row states now: count it (``_core/coalesce.py``)
             count_piece(self, self._compute.state_names(self))
         return value
 
     def reset(self) -> None:
         """Forget every sample (``forward`` resets internally too: it passes the position explicitly)."""
-        drop_held(self)  # 16-bit batches held back (``_held.py``): replaced with the state, not counted first
+        drop_held(self)  # 16-bit batches held back (``_core/held.py``): replaced with the state, not counted first
         super().reset()
         if not self._in_forward:  # forward keeps the epoch's sampler positions (it passes the start itself)
             self._ledger.reset()
         SHARED_SYNCS.clear()
 
     def __getstate__(self) -> dict[str, Any]:
-        """As the base's, the held 16-bit batches counted first: a copy holds none (``_held.py``)."""
+        """As the base's, the held 16-bit batches counted first: a copy holds none (``_core/held.py``)."""
         count_held(self)
         return super().__getstate__()
 

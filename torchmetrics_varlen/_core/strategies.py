@@ -3,11 +3,11 @@
 Architecture: a metric (``_base.py``) holds its states and validates batches; its strategy owns everything after
 ``update``: the states it keeps (rows or one summed state), its payload (what this rank sends), its exchange (what
 moves at the sync) and its compute (what runs inside torchmetrics' compute wrapper, after the sync). The one seam is
-``_SyncedMetric`` (``_sync.py``), which hands each step to the strategy:
+``_SyncedMetric`` (``_core/sync.py``), which hands each step to the strategy:
 
 - :class:`GatherToAll` (default): every rank receives every row and computes;
 - :class:`GatherToOne` (``compute_on_rank``): that rank receives the rows and computes, the others get the value;
-- :class:`~torchmetrics_varlen.classification._sharded.Sharded` (``compute_sharded``): no row moves at the sync (a
+- :class:`~torchmetrics_varlen._core.sharded.Sharded` (``compute_sharded``): no row moves at the sync (a
   check-in only); the computation itself is spread over the ranks;
 - :class:`Summed` (binned thresholds, 16-bit scores): one summed state, all-reduced; every rank computes.
 
@@ -23,7 +23,8 @@ from typing import Any, Protocol, cast
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._dedup import SyncReport
+from torchmetrics_varlen._core.dedup import SyncReport
+from torchmetrics_varlen._core.seam import Payload
 from torchmetrics_varlen._dist.exchange import (
     INFO_NUM_SAMPLES,
     CheckedIn,
@@ -33,7 +34,6 @@ from torchmetrics_varlen._dist.exchange import (
     SyncRequest,
     broadcast_value,
 )
-from torchmetrics_varlen._guarded import Payload
 from torchmetrics_varlen.functional._count import Mode as CountMode
 from torchmetrics_varlen.functional._count import Problem, counted_problems, empty_state
 from torchmetrics_varlen.functional._reduce import RankStatistic
@@ -99,7 +99,7 @@ class ComputeStrategy:
     def exchange(
         self, host: Host, request: SyncRequest, guarded: Callable[[SyncRequest], Gathered | None]
     ) -> Gathered | None:
-        """The data movement at the sync: by default the guarded exchange of the payload (``_guarded.py``)."""
+        """The data movement at the sync: by default the guarded exchange of the payload (``_core/seam.py``)."""
         return guarded(request)
 
     def compute(self, host: Host, checked: CheckedIn, compute: Compute, *args: Any, **kwargs: Any) -> Any:

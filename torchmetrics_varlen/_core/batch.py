@@ -1,7 +1,7 @@
 """What the metrics check and how they shape a batch before they take it over: pure helpers, no ``torch.distributed``.
 
 The first part serves the package's own metrics (``classification/_base.py``), the rest the wrapper ``Varlen``; the
-positions, padding cut, ids range and dedup mode are the ledger's (``_ledger.py``).
+positions, padding cut, ids range and dedup mode are the ledger's (``_core/ledger.py``).
 """
 
 from __future__ import annotations
@@ -17,21 +17,23 @@ from torchmetrics.metric import CompositionalMetric
 from torchmetrics.utilities.data import dim_zero_cat
 from torchmetrics.wrappers.abstract import WrapperMetric
 
-from torchmetrics_varlen._checks import (
+from torchmetrics_varlen._core.coalesce import append_rows
+from torchmetrics_varlen._core.coalesce import zeros_view as _zeros
+from torchmetrics_varlen._core.held import hold, owned_state
+from torchmetrics_varlen._core.ledger import Ledger
+from torchmetrics_varlen._core.seam import SHARED_SYNCS, GuardedMetric
+from torchmetrics_varlen._core.states import EITHER, growth_unit, list_rows
+from torchmetrics_varlen.functional._count import binned_confmat, count_into
+from torchmetrics_varlen.functional._hist import histogram
+from torchmetrics_varlen.functional._tasks import (
+    Split,
     check_inputs,
+    check_sizes,
+    format_inputs,
     sample_ids_fit,
     validate_dedup_and_timeout,
     validate_sample_ids,
 )
-from torchmetrics_varlen._coalesce import append_rows
-from torchmetrics_varlen._coalesce import zeros_view as _zeros
-from torchmetrics_varlen._guarded import SHARED_SYNCS, GuardedMetric
-from torchmetrics_varlen._held import hold, owned_state
-from torchmetrics_varlen._ledger import Ledger
-from torchmetrics_varlen._states import EITHER, growth_unit, list_rows
-from torchmetrics_varlen.functional._count import binned_confmat, count_into
-from torchmetrics_varlen.functional._hist import histogram
-from torchmetrics_varlen.functional._tasks import Split, check_sizes, format_inputs
 from torchmetrics_varlen.functional._weighted import _split as weighted_columns
 from torchmetrics_varlen.functional._weighted import check_sample_weight
 
@@ -126,7 +128,7 @@ def stored_weight_mode(metric: Any) -> str | None:
 def _mode_kept(metric: Any, name: str, given: bool) -> bool:
     """Whether a batch that gives (``given``) or does not give the column ``name`` (``ids``: ``sample_ids``,
     ``weight``: ``sample_weight``) surely keeps the epoch's mode, told without working the mode out; ``False``: ask
-    the ledger (:meth:`~torchmetrics_varlen._ledger.Ledger.check_mode`, which raises or not).
+    the ledger (:meth:`~torchmetrics_varlen._core.ledger.Ledger.check_mode`, which raises or not).
 
     Exact mode, before a sync: the column's list state holds batches exactly when the epoch gives it. Summed modes:
     ids never reach here (refused before); the sums are float64 exactly when the epoch is weighted.
@@ -302,9 +304,9 @@ def take_batch(
     if kept is not None and expanded:
         expanded = {k: v[kept] for k, v in expanded.items()}
     if m._summed is None:
-        append_rows(m, scores, labels, expanded)  # stored pieces merged as they arrive (_coalesce.py)
+        append_rows(m, scores, labels, expanded)  # stored pieces merged as they arrive (_core/coalesce.py)
     elif sample_weight is None and m._summed == "hist":
-        hold(m, scores, labels, target.dtype)  # 16-bit: small batches held, counted together (_held.py)
+        hold(m, scores, labels, target.dtype)  # 16-bit: small batches held, counted together (_core/held.py)
     elif sample_weight is None:
         count_into(m.mode, owned_state(m, m._summed), scores, labels, m.task, m.thresholds)
     else:  # float64 sums of weights, added out of place (one addition order, whatever the batch sizes)
@@ -445,9 +447,9 @@ def check_grown(
 ) -> str | None:
     """One list state ``name`` (``value``) after an update, ``first`` elements long before it: every new element is a
     tensor, and with ``rows`` (the batch's number of ``sample_ids``) each sample added one row or one element
-    (:func:`~torchmetrics_varlen._states.growth_unit`), as with the earlier batches (``held``: what the state held per
-    sample before, ``None`` while it was empty; ``earlier``: the samples before this batch, counted only when it
-    matters). Returns what the state holds per sample after the update (``None``: still nothing).
+    (:func:`~torchmetrics_varlen._core.states.growth_unit`), as with the earlier batches (``held``: what the state
+    held per sample before, ``None`` while it was empty; ``earlier``: the samples before this batch, counted only when
+    it matters). Returns what the state holds per sample after the update (``None``: still nothing).
 
     Raises:
         TypeError: If a new element is not a tensor.

@@ -36,9 +36,9 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
-from torchmetrics_varlen._checks import int_ends, ints_within
-from torchmetrics_varlen._dedup import SyncReport, report_from_counts, sampler_kept_rows
+from torchmetrics_varlen._core.dedup import SyncReport, report_from_counts, sampler_kept_rows
 from torchmetrics_varlen._dist.group import group_position
+from torchmetrics_varlen.functional._tasks import int_ends, ints_within
 
 KEY = "varlen_ledger"  # the state_dict entry (with the host's persistent states): [world, rank, base, origin, *counts]
 _COUNTS = ("rows_seen", "padding_dropped", "rejected")

@@ -5,7 +5,7 @@ A metric says what it sends (``_sync_payload``) and what it does with what comes
 :class:`GuardedMetric` does the rest:
 
 - ``_sync_dist`` (torchmetrics calls it from ``sync()``, in place of its per-state gathers) checks in and exchanges
-  the payload, or takes the result that a collection-level sync (``_joint.py``) already fetched for it;
+  the payload, or takes the result that a collection-level sync (``_core/joint.py``) already fetched for it;
 - metrics holding the very same state objects (the members of a ``MetricCollection`` compute group) each check in,
   but reuse one data exchange when every rank can (``SHARED_SYNCS``);
 - ``_wrap_compute`` puts the local states back when the computation fails after the sync (torchmetrics' sync context
@@ -244,7 +244,7 @@ class GuardedMetric(Metric):
 
     def _sync_alias_key(self) -> tuple[list[Any], str] | None:
         """The state objects this metric's payload is made of, and what else decides it: in a joint sync, a metric
-        with the same key on a rank sends nothing there and takes the other's rows (``_joint.py``).
+        with the same key on a rank sends nothing there and takes the other's rows (``_core/joint.py``).
         """
         return self._sync_share_key()
 

@@ -1,7 +1,7 @@
 """The package's own metrics' side of the sync: the one seam between torchmetrics' sync / compute wrappers and the
-metric's compute strategy (``_strategy.py``).
+metric's compute strategy (``_core/strategies.py``).
 
-``_SyncedMetric`` builds on :class:`~torchmetrics_varlen._guarded.GuardedMetric` (the guarded exchange inside
+``_SyncedMetric`` builds on :class:`~torchmetrics_varlen._core.seam.GuardedMetric` (the guarded exchange inside
 torchmetrics' sync and compute wrappers) and hands every step that differs between the ways to compute to its
 strategy object (``self._compute``, chosen once in the constructor): the payload, the data movement at the sync
 (``_exchange``) and the computation after it (``_strategy``, inside torchmetrics' own compute wrapper, its result
@@ -17,19 +17,18 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import validate_compute_on_rank
-from torchmetrics_varlen._dedup import SyncReport, copy_scores, dedup_order
+from torchmetrics_varlen._core.batch import empty_rows
+from torchmetrics_varlen._core.dedup import SyncReport, copy_scores, dedup_order
+from torchmetrics_varlen._core.ledger import Ledger, warning_compute
+from torchmetrics_varlen._core.seam import SHARED_SYNCS, GuardedMetric, Payload
+from torchmetrics_varlen._core.sharded import Sharded
+from torchmetrics_varlen._core.strategies import ComputeStrategy, GatherToAll, GatherToOne, Summed
 from torchmetrics_varlen._dist.exchange import CheckedIn, Gathered, Info, SyncRequest
 from torchmetrics_varlen._dist.group import distributed_available as group_initialised
 from torchmetrics_varlen._dist.group import group_position
-from torchmetrics_varlen._guarded import SHARED_SYNCS, GuardedMetric, Payload
-from torchmetrics_varlen._intake import empty_rows
-from torchmetrics_varlen._ledger import Ledger, warning_compute
-from torchmetrics_varlen.classification._sharded import Sharded
-from torchmetrics_varlen.classification._strategy import ComputeStrategy, GatherToAll, GatherToOne, Summed
 from torchmetrics_varlen.functional._count import Mode, Problem
 from torchmetrics_varlen.functional._reduce import RankStatistic
-from torchmetrics_varlen.functional._tasks import Split
+from torchmetrics_varlen.functional._tasks import Split, validate_compute_on_rank
 from torchmetrics_varlen.functional._weighted import WeightedProblem
 
 __all__ = ["SHARED_SYNCS", "_COUNTERS", "_SyncedMetric"]
@@ -40,7 +39,7 @@ _STATE_CONFIG = ("task", "num_classes", "num_labels", "thresholds", "ignore_inde
 
 
 def choose_strategy(mode: Mode, compute_on_rank: int | None, compute_sharded: bool) -> ComputeStrategy:
-    """The metric's compute strategy (``_strategy.py``), from its mode and its synchronisation keywords."""
+    """The metric's compute strategy (``_core/strategies.py``), from its mode and its synchronisation keywords."""
     if mode.state_name is not None:
         return Summed(mode.state_name, joins_collection_sync=compute_on_rank is None)
     if compute_sharded:
