@@ -16,7 +16,8 @@ from _float32 import expit, softmax
 from sklearn.metrics import roc_auc_score
 
 from torchmetrics_varlen import VarlenAUROC, VarlenMulticlassAUROC
-from torchmetrics_varlen._core.batch import _columns, _zeros, expand_per_sample, sample_shape
+from torchmetrics_varlen._core.batch import _columns, expand_per_sample, sample_shape
+from torchmetrics_varlen._core.batch import zeros_view as _zeros
 from torchmetrics_varlen.functional._tasks import (
     _score_range,
     check_inputs,

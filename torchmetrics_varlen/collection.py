@@ -8,11 +8,12 @@ from typing import Any
 from torchmetrics import Metric, MetricCollection
 from torchmetrics.wrappers.abstract import WrapperMetric
 
-from torchmetrics_varlen._core.batch import CHECKED, batch_rows, cut_batch, inner_config
+from torchmetrics_varlen._core.batch import CHECKED
 from torchmetrics_varlen._core.dedup import SyncReport
 from torchmetrics_varlen._core.joint import sync_together
 from torchmetrics_varlen._core.ledger import Ledger, share_states
 from torchmetrics_varlen._core.seam import GuardedMetric, Payload, forward_snapshot, restore_forward
+from torchmetrics_varlen._core.wrapped import batch_rows, cut_batch, inner_config
 from torchmetrics_varlen._dist.exchange import SyncRequest
 from torchmetrics_varlen._dist.group import GroupLayout, distributed_available
 from torchmetrics_varlen._dist.guard import new_identity

@@ -14,18 +14,6 @@ from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
 from torchmetrics_varlen._compat import set_grad_mode
-from torchmetrics_varlen._core.batch import (
-    batch_rows,
-    check_grown,
-    check_growth,
-    check_sample_ids,
-    cut_batch,
-    drop_empty,
-    inner_config,
-    list_states,
-    reductions_by_id,
-    wrappable,
-)
 from torchmetrics_varlen._core.dedup import SyncReport
 from torchmetrics_varlen._core.ledger import Ledger, host_counters, warning_compute
 from torchmetrics_varlen._core.seam import GuardedMetric, Payload, forward_snapshot, restore_forward
@@ -39,6 +27,18 @@ from torchmetrics_varlen._core.states import (
     local_state,
     per_element,
     stored_unit,
+)
+from torchmetrics_varlen._core.wrapped import (
+    batch_rows,
+    check_grown,
+    check_growth,
+    check_sample_ids,
+    cut_batch,
+    drop_empty,
+    inner_config,
+    list_states,
+    reductions_by_id,
+    wrappable,
 )
 from torchmetrics_varlen._dist.exchange import Gathered, Mode
 

@@ -5,8 +5,9 @@
 - ``ledger.py``: the sample ledger (sampler positions, the padding cut, rejected rows, the ``SyncReport``);
 - ``batch.py``: the batch transaction of the package's metrics (check, take, roll back);
 - ``checks.py``: the constructor settings and their errors;
-- ``strategies.py`` / ``sync.py`` / ``sharded.py``: how a metric syncs and computes;
-- ``dedup.py`` / ``states.py`` / ``joint.py`` / ``held.py`` / ``coalesce.py``: the states' forms.
+- ``strategies.py`` / ``sharded.py``: how a metric syncs and computes (the strategies and the sync seam they share);
+- ``wrapped.py``: what ``Varlen`` and ``VarlenCollection`` check of a wrapped metric and its batches;
+- ``dedup.py`` / ``states.py`` / ``joint.py`` / ``held.py`` : the states' forms.
 
 No module here imports the public classes; the classes reach the transport (``_dist``) only through this package.
 """

@@ -12,17 +12,9 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torchmetrics import Metric
-from torchmetrics.metric import CompositionalMetric
-from torchmetrics.utilities.data import dim_zero_cat
-from torchmetrics.wrappers.abstract import WrapperMetric
 
-from torchmetrics_varlen._core.coalesce import append_rows
-from torchmetrics_varlen._core.coalesce import zeros_view as _zeros
 from torchmetrics_varlen._core.held import hold, owned_state
-from torchmetrics_varlen._core.ledger import Ledger
-from torchmetrics_varlen._core.seam import SHARED_SYNCS, GuardedMetric
-from torchmetrics_varlen._core.states import EITHER, growth_unit, list_rows
+from torchmetrics_varlen._core.seam import SHARED_SYNCS
 from torchmetrics_varlen.functional._count import binned_confmat, count_into
 from torchmetrics_varlen.functional._hist import histogram
 from torchmetrics_varlen.functional._tasks import (
@@ -31,7 +23,6 @@ from torchmetrics_varlen.functional._tasks import (
     check_sizes,
     format_inputs,
     sample_ids_fit,
-    validate_dedup_and_timeout,
     validate_sample_ids,
 )
 from torchmetrics_varlen.functional._weighted import _split as weighted_columns
@@ -51,7 +42,7 @@ def _per_element(values: Tensor, shape: torch.Size) -> tuple[Tensor, Tensor]:
     """Expand per-row ``values`` over a sample shape: ``(flat values, position within the row)``."""
     if values.shape == shape:
         flat = values if values.ndim == 1 else values.reshape(-1)
-        return flat, _zeros(flat.shape[0], flat.device)
+        return flat, zeros_view(flat.shape[0], flat.device)
     width = math.prod(shape[1:])
     flat = values.repeat_interleave(width)
     sub = torch.arange(width, dtype=torch.int32, device=values.device).repeat(shape[0])
@@ -67,7 +58,7 @@ def expand_per_sample(
         if ids.dtype != torch.int64 or ids.device != device:
             ids = ids.to(device=device, dtype=torch.int64)
         if ids.ndim == 1 and ids.shape == shape:
-            return {"ids": ids, "ids_sub": _zeros(ids.shape[0], device)}
+            return {"ids": ids, "ids_sub": zeros_view(ids.shape[0], device)}
         flat, sub = _per_element(ids, shape)
         return {"ids": flat, "ids_sub": sub}
     per_row = dict(extras)
@@ -81,48 +72,6 @@ def expand_per_sample(
         if name == "ids":
             expanded["ids_sub"] = sub
     return expanded
-
-
-def empty_rows(name: str, task: str, width: int, device: torch.device) -> Tensor:
-    """A zero-row tensor of the stored form of a metric's row state ``name``."""
-    if name == "preds":
-        shape: tuple[int, ...] = (0,) if task == "binary" else (0, width)
-        return torch.zeros(shape, dtype=torch.float32, device=device)
-    if name == "target":
-        dtype = {"binary": torch.bool, "multiclass": torch.int64, "multilabel": torch.int8}[task]
-        return torch.zeros((0,) if task != "multilabel" else (0, width), dtype=dtype, device=device)
-    return torch.zeros(0, dtype=torch.int32 if name == "ids_sub" else torch.int64, device=device)
-
-
-def _has_rows(state: list[Tensor] | Tensor, synced: bool) -> bool:
-    if isinstance(state, Tensor):
-        return state.numel() > 0
-    # Before a sync a stored batch counts even when it is empty; synced states are per-rank pieces.
-    return any(p.numel() for p in state) if synced else bool(state)
-
-
-def stored_dedup_mode(metric: Any) -> str | None:
-    """A package metric's dedup mode: ``"ids"`` or ``"none"`` once its first batch decided it, ``None`` before."""
-    ledger: Ledger = metric._ledger
-    if metric._summed is not None:
-        return ledger.stored_mode(metric, "ids", False, bool(metric._update_count))
-    synced = metric._is_synced
-    return ledger.stored_mode(metric, "ids", _has_rows(metric.ids, synced), _has_rows(metric.preds, synced))
-
-
-def stored_weight_mode(metric: Any) -> str | None:
-    """``"weights"`` or ``"none"`` once the first batch decided it (with or without ``sample_weight``); ``None``
-    before any batch. Exact mode: whether the ``weight`` column holds batches; binned / 16-bit: the summed state's
-    dtype (float64 sums of weights, int64 counts).
-    """
-    ledger: Ledger = metric._ledger
-    if not metric._takes_weights:
-        return ledger.stored_mode(metric, "weights", False, bool(metric._update_count))
-    if metric._summed is not None:
-        # the dtype only, read from the instance: held 16-bit batches stay held
-        return ledger.stored_mode(metric, "weights", metric.__dict__[metric._summed].dtype == torch.float64)
-    synced = metric._is_synced
-    return ledger.stored_mode(metric, "weights", _has_rows(metric.weight, synced), _has_rows(metric.preds, synced))
 
 
 def _mode_kept(metric: Any, name: str, given: bool) -> bool:
@@ -226,7 +175,7 @@ def _columns(
         and preds.ndim == 1
         and ids.shape == preds.shape
     ):
-        return {"ids": ids, "ids_sub": _zeros(ids.shape[0], _CPU)}
+        return {"ids": ids, "ids_sub": zeros_view(ids.shape[0], _CPU)}
     return expand_per_sample(extras, ids, sample_shape(task, preds, target), preds.device)
 
 
@@ -317,197 +266,124 @@ def take_batch(
     ledger.taken(rows, keep, scores.shape[0])
 
 
-# torchmetrics' own switches: they change how a metric syncs or where it keeps its states, not what it computes.
-_BASE_FLAGS = ("compute_on_cpu", "dist_sync_on_step", "sync_on_compute", "compute_with_cache", "training")
-_PLAIN = (bool, int, float, str, type(None))
+# ---------------------------------------------------------------- stored pieces, merged as they arrive
+# Stored batches merged as they arrive, so that a metric holds few pieces whatever the batch size.
+#
+# The exact mode appends one piece per batch to each row state (``preds``, ``target`` and the optional columns
+# appended in the same update: ``ids`` / ``ids_sub``, ``weight``, groups). Every stored piece costs a few tensor
+# operations at the sync and at ``compute()``, so 64-sample batches would make those cost a multiple of the same data
+# in one piece. Here, like a counter in base :data:`FAN_IN`: every :data:`FAN_IN` appended pieces, the last
+# :data:`FAN_IN` pieces of every row state are concatenated into one; every ``FAN_IN ** 2`` pieces, the last
+# :data:`FAN_IN` of those; and so on, as long as the merged scores hold at most :data:`MAX_ELEMENTS` elements (bigger
+# batches stay as they came). Each sample is copied a few times at most; the amortised cost per batch is a fraction of
+# one concatenation.
+#
+# Merging consecutive pieces of every row state at the same positions keeps their concatenation, and the rows aligned
+# between the states, exactly what it was: every value stays the same bit for bit (a mix of float widths is promoted
+# by the merge as the concatenation at compute time promotes it). The bookkeeping is one ``(count, length)`` pair in
+# the metric's ``__dict__`` (copied by pickling and ``deepcopy`` with the lists it describes); when a row state was
+# replaced behind its back (reset, load, sync) the count starts again and the pieces already there are left alone.
+# ``forward`` (torchmetrics rebuilds the lists there: the stored pieces plus the batch's) counts its batch once the
+# lists are rebuilt (``_VarlenMetric.forward``). The wrapped metric of ``Varlen`` keeps its lists as torchmetrics
+# makes them.
+
+FAN_IN = 64  # pieces merged at a time (torch.cat costs ~0.2 us per piece; its fixed cost is amortised over 64)
+MAX_ELEMENTS = 1 << 17  # scores a merged piece may hold: merging pays while pieces average under 2,048 scores
+_KEY = "_varlen_pieces"  # (pieces appended since the count started, length of the row states after the last one)
+_NONE = (0, -1)
 
 
-def wrappable(metric: Any, dataset_size: Any, sync_timeout: Any) -> None:
-    """Raise if ``Varlen(metric, dataset_size, sync_timeout=...)`` cannot work, saying what to do instead."""
-    if not isinstance(metric, Metric):
-        hint = " (wrap a whole collection with VarlenCollection)" if type(metric).__name__ == "MetricCollection" else ""
-        msg = f"Expected `metric` to be a torchmetrics.Metric, but got {type(metric).__name__}{hint}."
-        raise TypeError(msg)
-    if isinstance(metric, GuardedMetric):
-        msg = f"Expected `metric` to be a torchmetrics metric, but got {type(metric).__name__}, which syncs itself."
-        raise TypeError(msg)
-    if isinstance(metric, (WrapperMetric, CompositionalMetric)):
-        msg = (
-            f"Expected `metric` to be a metric with states, but got the wrapper {type(metric).__name__}: wrap the"
-            " metric inside it instead, e.g. ClasswiseWrapper(Varlen(metric)), Varlen(a) + Varlen(b)."
-        )
-        raise TypeError(msg)
-    if metric.dist_sync_on_step:
-        msg = "Expected the metric's `dist_sync_on_step` to be False (Varlen syncs at compute()), but got True."
-        raise ValueError(msg)
-    validate_dedup_and_timeout(dataset_size, sync_timeout)
+_ZEROS: dict[torch.device, Tensor] = {}  # per device: the shared int32 zeros the views below are made of
+_ZERO_VIEWS: dict[tuple[torch.device, int], Tensor] = {}  # the views handed out, by device and length
 
 
-def inner_config(metric: Metric) -> dict[str, Any]:
-    """The metric's public settings of plain types (its constructor arguments, as torchmetrics stores them): what
-    the ranks must agree on. States and torchmetrics' own switches are left out.
+def zeros_view(n: int, device: torch.device) -> Tensor:
+    """``n`` int32 zeros (the ``ids_sub`` of one-element samples): a view of one shared buffer per device, not an
+    allocation per batch (stored pieces are never modified in place); the view itself is made once per length.
+    Pieces that are all such views merge into one such view (:func:`_merge_tail`), without a copy.
     """
-    out: dict[str, Any] = {}
-    for key, value in sorted(vars(metric).items()):
-        if key.startswith("_") or key in metric._defaults or key in _BASE_FLAGS:
-            continue
-        if isinstance(value, _PLAIN):
-            out[key] = value
-        elif isinstance(value, (list, tuple)) and all(isinstance(v, _PLAIN) for v in value):
-            out[key] = list(value)
-    return out
+    view = _ZERO_VIEWS.get((device, n))
+    if view is not None:
+        return view
+    zeros = _ZEROS.get(device)
+    if zeros is None or zeros.numel() < n:
+        size = max(n, 4096, 2 * zeros.numel() if zeros is not None else 0)
+        zeros = _ZEROS[device] = torch.zeros(size, dtype=torch.int32, device=device)
+        _ZERO_VIEWS.clear()  # views of the old buffer are not handed out again (they no longer merge as views)
+    if len(_ZERO_VIEWS) >= 256:  # many batch sizes: start over rather than grow without bound
+        _ZERO_VIEWS.clear()
+    view = _ZERO_VIEWS[(device, n)] = zeros[:n]
+    return view
 
 
-def batch_rows(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
-    """Samples in a batch: dim 0 of the first tensor argument, or the length of the first list / tuple of samples."""
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, Tensor):
-            return int(value.shape[0]) if value.ndim else 1
-        if isinstance(value, (list, tuple)):
-            return len(value)
-        if isinstance(value, str):
-            return 1
-    msg = "Expected the update arguments to hold a batch (a tensor, or a list of samples), but got none."
-    raise ValueError(msg)
-
-
-def cut_batch(
-    args: tuple[Any, ...], kwargs: dict[str, Any], rows: int, kept: int
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The first ``kept`` rows of every argument that holds ``rows`` of them (tensors along dim 0, lists, tuples)."""
-    if kept == rows:
-        return args, kwargs
-
-    def cut(value: Any) -> Any:
-        if isinstance(value, Tensor) and value.ndim and value.shape[0] == rows:
-            return value[:kept]
-        if isinstance(value, (list, tuple)) and len(value) == rows:
-            return value[:kept]
-        return value
-
-    return tuple(cut(a) for a in args), {k: cut(v) for k, v in kwargs.items()}
-
-
-def check_sample_ids(sample_ids: Any, rows: int, metric: Metric) -> Tensor:
-    """``sample_ids`` as int64 after checking them, and that the metric's states can be de-duplicated by id."""
-    if not isinstance(sample_ids, Tensor):
-        msg = f"Expected `sample_ids` to be an integer tensor, but got {type(sample_ids).__name__}."
-        raise TypeError(msg)
-    if sample_ids.is_floating_point() or sample_ids.is_complex() or sample_ids.dtype == torch.bool:
-        msg = f"Expected `sample_ids` to be an integer tensor, one id per sample, but got dtype {sample_ids.dtype}."
-        raise ValueError(msg)
-    ids: Tensor = sample_ids.reshape(1) if sample_ids.ndim == 0 and rows == 1 else sample_ids  # a 0-d sample's id
-    if tuple(ids.shape) != (rows,):
-        msg = f"Expected `sample_ids` to have shape ({rows},), one id per sample, but got {tuple(sample_ids.shape)}."
-        raise ValueError(msg)
-    tensors = sorted(n for n in metric._defaults if isinstance(getattr(metric, n), Tensor))
-    if tensors:
-        msg = (
-            "Expected `sample_ids` only with a metric whose states are lists growing by one row or one element per"
-            f" sample, but got"
-            f" {type(metric).__name__}, whose states {tensors} are tensors that ids cannot de-duplicate. Use"
-            " `dataset_size=` to drop DistributedSampler padding instead."
-        )
-        raise ValueError(msg)
-    custom = reductions_by_id(metric)
-    if custom:
-        msg = (
-            f"Expected `sample_ids` only with list states reduced by concatenation or kept as lists, but"
-            f" {type(metric).__name__} reduces {custom} otherwise. Use `dataset_size=` instead."
-        )
-        raise ValueError(msg)
-    return ids.long()
-
-
-def reductions_by_id(metric: Metric) -> list[str]:
-    """The metric's states that ``sample_ids`` cannot de-duplicate by their reduction (not a concatenation, not a
-    list kept as it is).
+def _zeros_merged(pieces: list[Tensor]) -> Tensor | None:
+    """The concatenation of ``pieces`` as a :func:`zeros_view` when every piece is a view of its device's current
+    shared zeros (then the concatenation is all zeros, int32, one dimension); ``None`` otherwise.
     """
-    return sorted(n for n, fx in metric._reductions.items() if fx is not None and fx is not dim_zero_cat)
-
-
-def list_states(metric: Metric) -> dict[str, list[Any]]:
-    """The metric's list states, by name."""
-    return {n: v for n in metric._defaults for v in (getattr(metric, n),) if isinstance(v, list)}
-
-
-def check_growth(metric: Metric, before: dict[str, int], rows: int | None) -> None:
-    """After an update without ``sample_ids`` (``rows`` ``None``): every new list element is a tensor. With ids, see
-    :func:`check_grown`. ``before`` holds the lengths of the list states before the update.
-    """
-    for name, value in list_states(metric).items():
-        first = before.get(name, 0)
-        if rows is None and (len(value) == first or (len(value) == first + 1 and isinstance(value[-1], Tensor))):
-            continue  # the common update: one tensor appended, or nothing
-        check_grown(metric, name, value, first, rows)
-
-
-def check_grown(
-    metric: Metric, name: str, value: list[Any], first: int, rows: int | None, held: str | None = None, earlier: int = 0
-) -> str | None:
-    """One list state ``name`` (``value``) after an update, ``first`` elements long before it: every new element is a
-    tensor, and with ``rows`` (the batch's number of ``sample_ids``) each sample added one row or one element
-    (:func:`~torchmetrics_varlen._core.states.growth_unit`), as with the earlier batches (``held``: what the state
-    held per sample before, ``None`` while it was empty; ``earlier``: the samples before this batch, counted only when
-    it matters). Returns what the state holds per sample after the update (``None``: still nothing).
-
-    Raises:
-        TypeError: If a new element is not a tensor.
-        ValueError: With ``rows``, if the state grew by neither one row nor one element per sample, or not as it did
-            with the earlier batches.
-    """
-    new = value[first:]
-    bad = next((e for e in new if not isinstance(e, Tensor)), None)
-    if bad is not None:
-        hint = ""
-        if isinstance(bad, tuple) and "mask" in name:  # MeanAveragePrecision(iou_type="segm")
-            hint = (
-                ". These are RLE-encoded masks (iou_type='segm'): evaluate boxes with"
-                " Varlen(MeanAveragePrecision(iou_type='bbox')), and masks with MeanAveragePrecision itself"
-                " (torchmetrics gathers them as objects), skipping the images a DistributedSampler adds as padding"
-                " (the j-th image of rank r is padding when j * world_size + r >= len(dataset))"
-            )
-        msg = (
-            f"Expected the list state `{name}` of {type(metric).__name__} to hold tensors, but got a"
-            f" {type(bad).__name__}: Varlen moves tensors only; sync this metric with torchmetrics instead{hint}."
-        )
-        raise TypeError(msg)
-    if rows is None:
+    zeros = _ZEROS.get(pieces[0].device)
+    if zeros is None or any(p._base is not zeros for p in pieces):
         return None
-    grown = growth_unit(new, rows)
-    if grown is None:
-        if not new and not first:
-            return None  # a state that holds nothing stays empty (boxes-only detection: the mask states)
-        msg = (
-            f"Expected every list state of {type(metric).__name__} to grow by one element per sample (a tensor of its"
-            f" own, such as an image's boxes) or to grow by one row per sample with `sample_ids` ({rows} rows), but"
-            f" `{name}` grew by {list_rows(new)} rows in {len(new)} elements. Use `dataset_size=` to drop"
-            " DistributedSampler padding instead."
-        )
-        raise ValueError(msg)
-    if not rows or not new:
-        return held  # a batch without samples: its empty elements are dropped
-    if not first and earlier:
-        msg = (
-            f"Expected every list state of {type(metric).__name__} to grow with every batch of `sample_ids`, but"
-            f" `{name}` held nothing for the {earlier} earlier samples and grew in this update. Use `dataset_size=`"
-            " to drop DistributedSampler padding instead."
-        )
-        raise ValueError(msg)
-    if held in (None, EITHER, grown) or grown == EITHER:
-        return grown if held in (None, EITHER) else held
-    msg = (
-        f"Expected every list state of {type(metric).__name__} to grow the same way with every batch of `sample_ids`,"
-        f" but `{name}` held {held} per sample and grew by {grown} per sample in this update ({len(new)} elements"
-        f" of {list_rows(new)} rows for {rows} samples). Use `dataset_size=` to drop DistributedSampler padding"
-        " instead."
-    )
-    raise ValueError(msg)
+    return zeros_view(sum(p.shape[0] for p in pieces), zeros.device)
 
 
-def drop_empty(value: list[Any], first: int) -> None:
-    """Remove the elements of no row that an update added to a list state after its first ``first`` (a state of
-    one row per sample: they hold no sample, and would make the stored list read as one element per sample).
+def _merged(pieces: list[Tensor]) -> Tensor:
+    """The concatenation of ``pieces`` (a shared zeros view when they all are one)."""
+    zeros = _zeros_merged(pieces)
+    return torch.cat(pieces) if zeros is None else zeros
+
+
+def append_rows(metric: Any, scores: Tensor, labels: Tensor, columns: dict[str, Tensor]) -> None:
+    """Append one batch's piece to ``preds``, ``target`` and the other row states in ``columns``, then merge (module
+    docstring). Inside ``forward`` the batch goes to the batch's own states: :func:`count_piece` runs after they are
+    merged back.
     """
-    if any(e.ndim and not e.shape[0] for e in value[first:]):
-        value[first:] = [e for e in value[first:] if not (e.ndim and not e.shape[0])]
+    preds = metric.preds
+    preds.append(scores)
+    metric.target.append(labels)
+    for name, value in columns.items():
+        getattr(metric, name).append(value)
+    if not metric._in_forward:
+        count_piece(metric, ("preds", "target", *columns))
+
+
+def count_piece(metric: Any, names: tuple[str, ...]) -> None:
+    """Count the piece just appended to the row states ``names`` (the first one: ``preds``) and merge every
+    :data:`FAN_IN` pieces (after :func:`append_rows`, and for ``forward``'s batch once merged back into the states).
+    """
+    first = getattr(metric, names[0])
+    if not isinstance(first, list):
+        return
+    state = metric.__dict__
+    count, known = state.get(_KEY, _NONE)
+    length = len(first)
+    count = count + 1 if known == length - 1 else 1  # replaced states: count from this piece on
+    if count % FAN_IN == 0:
+        length = _merge(metric, names, count)
+    state[_KEY] = (count, length)
+
+
+def _merge(metric: Any, names: tuple[str, ...], count: int) -> int:
+    """Merge the tails of the row states ``names`` that hold pieces, level by level; the new number of pieces."""
+    lists = [s for n in names for s in (getattr(metric, n),) if isinstance(s, list) and s]
+    step = FAN_IN
+    while count % step == 0 and _merge_tail(lists):
+        step *= FAN_IN
+    return len(lists[0])
+
+
+def _merge_tail(lists: list[list[Tensor]]) -> bool:
+    """Concatenate the last :data:`FAN_IN` pieces of every list into one, in all of them or in none; ``False`` when
+    the lists are not aligned, the merged scores would be too big, or the pieces cannot be concatenated.
+    """
+    first = lists[0]
+    if len(first) < FAN_IN or any(len(s) != len(first) for s in lists):
+        return False
+    if sum(map(Tensor.numel, first[-FAN_IN:])) > MAX_ELEMENTS:
+        return False
+    try:
+        merged = [_merged(s[-FAN_IN:]) for s in lists]
+    except (RuntimeError, TypeError):  # not concatenable (shapes, devices): they stay as they are
+        return False
+    for s, piece in zip(lists, merged, strict=True):
+        s[-FAN_IN:] = [piece]
+    return True

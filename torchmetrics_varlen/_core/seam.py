@@ -162,6 +162,7 @@ class _SharedSyncs:
 
     def __init__(self) -> None:
         self._entries: dict[tuple[Any, ...], tuple[list[Any], list[int], SharedSync]] = {}
+        self.clear = self._entries.clear  # forget every sync (any update or reset of a metric of the package)
 
     def find(self, key: tuple[Any, ...], objs: list[Any]) -> SharedSync | None:
         """The sync of exactly these state objects, if they have not changed since."""
@@ -179,10 +180,6 @@ class _SharedSyncs:
         """Remember a sync for the other metrics of the compute group."""
         shared = SharedSync(result.cat, result.summed, result.checked.ticket.prefix)
         self._entries[key] = (objs, [_fingerprint(o) for o in objs], shared)
-
-    def clear(self) -> None:
-        """Forget every sync (any update or reset of a metric of the package)."""
-        self._entries.clear()
 
 
 SHARED_SYNCS = _SharedSyncs()
