@@ -12,11 +12,17 @@ from torchmetrics_varlen._core.batch import CHECKED
 from torchmetrics_varlen._core.dedup import SyncReport
 from torchmetrics_varlen._core.joint import sync_together
 from torchmetrics_varlen._core.ledger import Ledger, share_states
-from torchmetrics_varlen._core.seam import GuardedMetric, Payload, forward_snapshot, restore_forward
+from torchmetrics_varlen._core.seam import (
+    GroupLayout,
+    GuardedMetric,
+    Payload,
+    SyncRequest,
+    distributed_available,
+    forward_snapshot,
+    new_identity,
+    restore_forward,
+)
 from torchmetrics_varlen._core.wrapped import batch_rows, cut_batch, inner_config
-from torchmetrics_varlen._dist.exchange import SyncRequest
-from torchmetrics_varlen._dist.group import GroupLayout, distributed_available
-from torchmetrics_varlen._dist.guard import new_identity
 from torchmetrics_varlen.functional._tasks import validate_dedup_and_timeout
 from torchmetrics_varlen.wrappers import Varlen
 

@@ -16,7 +16,7 @@ from torchmetrics.utilities.data import dim_zero_cat
 from torchmetrics_varlen._compat import set_grad_mode
 from torchmetrics_varlen._core.dedup import SyncReport
 from torchmetrics_varlen._core.ledger import Ledger, host_counters, warning_compute
-from torchmetrics_varlen._core.seam import GuardedMetric, Payload, forward_snapshot, restore_forward
+from torchmetrics_varlen._core.seam import Gathered, GuardedMetric, Mode, Payload, forward_snapshot, restore_forward
 from torchmetrics_varlen._core.states import (
     ROW,
     UNITS,
@@ -40,7 +40,6 @@ from torchmetrics_varlen._core.wrapped import (
     reductions_by_id,
     wrappable,
 )
-from torchmetrics_varlen._dist.exchange import Gathered, Mode
 
 _OWN: tuple[str, str, str, str] = ("varlen_ids", "varlen_rows", "varlen_padding", "varlen_rejected")
 _PLAIN = frozenset(("_computed", "_update_count", "_forward_cache"))  # plain attributes torchmetrics sets per update

@@ -4,10 +4,9 @@
 - ``seam.py``: the guarded sync seam (one guarded sync per ``compute()``, shared across a compute group);
 - ``ledger.py``: the sample ledger (sampler positions, the padding cut, rejected rows, the ``SyncReport``);
 - ``batch.py``: the batch transaction of the package's metrics (check, take, roll back);
-- ``checks.py``: the constructor settings and their errors;
 - ``strategies.py`` / ``sharded.py``: how a metric syncs and computes (the strategies and the sync seam they share);
 - ``wrapped.py``: what ``Varlen`` and ``VarlenCollection`` check of a wrapped metric and its batches;
-- ``dedup.py`` / ``states.py`` / ``joint.py`` / ``held.py`` : the states' forms.
+- ``dedup.py`` / ``states.py`` / ``joint.py`` / ``held.py``: the states' forms.
 
 No module here imports the public classes; the classes reach the transport (``_dist``) only through this package.
 """

@@ -27,8 +27,24 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from torchmetrics_varlen._dist.exchange import Gathered, Mode, SyncRequest, check_in_states, exchange_states
-from torchmetrics_varlen._dist.group import GroupLayout, distributed_available
+from torchmetrics_varlen._dist.group import GroupLayout, distributed_available, group_position
 from torchmetrics_varlen._dist.guard import identity_qualifier, new_identity
+
+# What the metric classes, ``Varlen`` and ``VarlenCollection`` use of the transport: through this seam only.
+__all__ = [
+    "SHARED_SYNCS",
+    "Gathered",
+    "GroupLayout",
+    "GuardedMetric",
+    "Mode",
+    "Payload",
+    "SyncRequest",
+    "distributed_available",
+    "forward_snapshot",
+    "group_position",
+    "new_identity",
+    "restore_forward",
+]
 
 _OWNED_KEY = "_varlen_owned_sum"  # see _held.owned_state
 

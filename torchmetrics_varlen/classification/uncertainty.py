@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._dist.group import group_position
+from torchmetrics_varlen._core.seam import group_position
 from torchmetrics_varlen.classification._base import _RankingMetric, _VarlenMetric
 from torchmetrics_varlen.functional._count import counted_problems
 from torchmetrics_varlen.functional._reduce import reduce_problems
