@@ -207,7 +207,7 @@ def test_id_dedup_keeps_the_rows_the_contract_names_by_every_route(
     copies ordered by their scores (ties with -0.0, equal copies) and samples of several elements (``sub``: one whole
     copy of the sample kept).
     """
-    from torchmetrics_varlen import _dedup
+    from torchmetrics_varlen._core import dedup as _dedup
 
     if route != "auto":
         monkeypatch.setattr(_dedup, "_FEW_RUNS", 10**9 if route == "merge_runs" else 0)

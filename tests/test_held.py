@@ -1,4 +1,4 @@
-"""The 16-bit mode holds small batches and counts them together (``_held.py``): no batch is lost, counted twice or
+"""The 16-bit mode holds small batches and counts them together (``_core/held.py``): no batch is lost, counted twice or
 counted after it was dropped, whatever reads, copies, resets, loads or syncs the state in between.
 
 The reference histogram is an independent ``torch.bincount`` of the raw bit patterns of all the scores fed (the
@@ -23,7 +23,7 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 from torchmetrics import MetricCollection
 
 import torchmetrics_varlen as tv
-from torchmetrics_varlen._held import HOLD, MAX_PIECES
+from torchmetrics_varlen._core.held import HOLD, MAX_PIECES
 from torchmetrics_varlen.functional import _hist
 
 DTYPES = [torch.float16, torch.bfloat16]

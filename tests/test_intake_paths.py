@@ -16,7 +16,9 @@ from _float32 import expit, softmax
 from sklearn.metrics import roc_auc_score
 
 from torchmetrics_varlen import VarlenAUROC, VarlenMulticlassAUROC
-from torchmetrics_varlen._checks import (
+from torchmetrics_varlen._core.batch import _columns, expand_per_sample, sample_shape
+from torchmetrics_varlen._core.batch import zeros_view as _zeros
+from torchmetrics_varlen.functional._tasks import (
     _score_range,
     check_inputs,
     host_pair,
@@ -25,7 +27,6 @@ from torchmetrics_varlen._checks import (
     validate_sample_ids,
     within,
 )
-from torchmetrics_varlen._intake import _columns, _zeros, expand_per_sample, sample_shape
 
 _SCORES = {
     "unit": torch.tensor([0.0, 0.25, 1.0]),

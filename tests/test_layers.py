@@ -10,8 +10,8 @@ import torch
 
 import torchmetrics_varlen
 from torchmetrics_varlen import VarlenAUROC, VarlenAveragePrecision, VarlenROC
-from torchmetrics_varlen.classification._sharded import Sharded
-from torchmetrics_varlen.classification._strategy import GatherToAll, GatherToOne, Summed
+from torchmetrics_varlen._core.sharded import Sharded
+from torchmetrics_varlen._core.strategies import GatherToAll, GatherToOne, Summed
 
 PACKAGE = Path(torchmetrics_varlen.__file__).parent
 
@@ -88,3 +88,34 @@ def test_one_strategy_chosen_in_the_constructor(make: object, strategy: type, jo
         assert names[:4] == ("preds", "target", "ids", "ids_sub")
     if strategy is GatherToOne:
         assert metric._sync_payload().dst == 1
+
+
+CLASSES = sorted(
+    m
+    for m in MODULES
+    if m.startswith("torchmetrics_varlen.classification")
+    or m in ("torchmetrics_varlen.wrappers", "torchmetrics_varlen.collection")
+)
+
+
+@pytest.mark.parametrize("module", CLASSES)
+def test_classes_reach_the_transport_through_the_core(module: str) -> None:
+    """The metric classes, ``Varlen`` and ``VarlenCollection`` import nothing of ``_dist``: the core
+    (``_core/seam.py`` and the strategies) is their one way to the transport.
+    """
+    transport = {m for m in _imports(MODULES[module]) if m.startswith("torchmetrics_varlen._dist")}
+    assert not transport, f"{module} imports {sorted(transport)}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("torchmetrics_varlen.functional")))
+def test_functional_knows_no_metric_side(module: str) -> None:
+    """``functional`` is pure math: it imports nothing of the core, the classes or the transport."""
+    outside = {m for m in _imports(MODULES[module]) if not m.startswith("torchmetrics_varlen.functional")}
+    assert not outside, f"{module} imports {sorted(outside)}"
+
+
+def test_internals_example_runs() -> None:
+    """The worked example of docs/pages/internals.md (how to add a metric) runs and gives its stated value."""
+    page = (PACKAGE.parent / "docs" / "pages" / "internals.md").read_text()
+    code = page.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "internals.md", "exec"), {})

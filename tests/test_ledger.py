@@ -20,7 +20,7 @@ from torchmetrics_varlen import (
     VarlenMulticlassAUROC,
     load_rank_states,
 )
-from torchmetrics_varlen._dedup import dedup_by_id
+from torchmetrics_varlen._core.dedup import dedup_by_id
 
 GEN = torch.Generator().manual_seed(7)
 PREDS = torch.rand(12, generator=GEN)

@@ -134,8 +134,8 @@ def case_peer_dies_after_check_in(rank: int, world: int, where: str) -> dict[str
     """Rank 1 dies right after the check-in (before the data exchange), or, with compute_on_rank=1, while it
     computes the value the others wait for.
     """
+    from torchmetrics_varlen._core import strategies as _strategy
     from torchmetrics_varlen._dist import transport
-    from torchmetrics_varlen.classification import _strategy
 
     if where == "exchange":
         metric = _metric(rank, world)

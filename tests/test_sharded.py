@@ -13,7 +13,7 @@ from _float32 import f32
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from torchmetrics_varlen import MetricSyncError, VarlenAUROC, VarlenAveragePrecision
-from torchmetrics_varlen.classification import _sharded
+from torchmetrics_varlen._core import sharded as _sharded
 
 pytestmark = pytest.mark.distributed
 

@@ -8,15 +8,22 @@ from typing import Any
 from torchmetrics import Metric, MetricCollection
 from torchmetrics.wrappers.abstract import WrapperMetric
 
-from torchmetrics_varlen._checks import validate_dedup_and_timeout
-from torchmetrics_varlen._dedup import SyncReport
-from torchmetrics_varlen._dist.exchange import SyncRequest
-from torchmetrics_varlen._dist.group import GroupLayout, distributed_available
-from torchmetrics_varlen._dist.guard import new_identity
-from torchmetrics_varlen._guarded import GuardedMetric, Payload, forward_snapshot, restore_forward
-from torchmetrics_varlen._intake import CHECKED, batch_rows, cut_batch, inner_config
-from torchmetrics_varlen._joint import sync_together
-from torchmetrics_varlen._ledger import Ledger, share_states
+from torchmetrics_varlen._core.batch import CHECKED
+from torchmetrics_varlen._core.dedup import SyncReport
+from torchmetrics_varlen._core.joint import sync_together
+from torchmetrics_varlen._core.ledger import Ledger, share_states
+from torchmetrics_varlen._core.seam import (
+    GroupLayout,
+    GuardedMetric,
+    Payload,
+    SyncRequest,
+    distributed_available,
+    forward_snapshot,
+    new_identity,
+    restore_forward,
+)
+from torchmetrics_varlen._core.wrapped import batch_rows, cut_batch, inner_config
+from torchmetrics_varlen.functional._tasks import validate_dedup_and_timeout
 from torchmetrics_varlen.wrappers import Varlen
 
 _LEDGER = "#ledger."  # the prefix of the collection's counters in its first part's metadata
@@ -205,7 +212,7 @@ class VarlenCollection(MetricCollection):
 
     def _compute_groups_create_state_ref(self, copy: bool = False) -> None:
         """Torchmetrics' (every member of a compute group takes the first member's states); per update without a
-        ``setattr`` per state: :func:`~torchmetrics_varlen._ledger.share_states`.
+        ``setattr`` per state: :func:`~torchmetrics_varlen._core.ledger.share_states`.
         """
         if copy or self._state_is_copy or not self._in_update:
             super()._compute_groups_create_state_ref(copy)

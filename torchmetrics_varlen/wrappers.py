@@ -14,10 +14,21 @@ from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
 from torchmetrics_varlen._compat import set_grad_mode
-from torchmetrics_varlen._dedup import SyncReport
-from torchmetrics_varlen._dist.exchange import Gathered, Mode
-from torchmetrics_varlen._guarded import GuardedMetric, Payload, forward_snapshot, restore_forward
-from torchmetrics_varlen._intake import (
+from torchmetrics_varlen._core.dedup import SyncReport
+from torchmetrics_varlen._core.ledger import Ledger, host_counters, warning_compute
+from torchmetrics_varlen._core.seam import Gathered, GuardedMetric, Mode, Payload, forward_snapshot, restore_forward
+from torchmetrics_varlen._core.states import (
+    ROW,
+    UNITS,
+    as_rows,
+    decode_state,
+    dedup_states,
+    encode_state,
+    local_state,
+    per_element,
+    stored_unit,
+)
+from torchmetrics_varlen._core.wrapped import (
     batch_rows,
     check_grown,
     check_growth,
@@ -28,18 +39,6 @@ from torchmetrics_varlen._intake import (
     list_states,
     reductions_by_id,
     wrappable,
-)
-from torchmetrics_varlen._ledger import Ledger, host_counters, warning_compute
-from torchmetrics_varlen._states import (
-    ROW,
-    UNITS,
-    as_rows,
-    decode_state,
-    dedup_states,
-    encode_state,
-    local_state,
-    per_element,
-    stored_unit,
 )
 
 _OWN: tuple[str, str, str, str] = ("varlen_ids", "varlen_rows", "varlen_padding", "varlen_rejected")

@@ -8,7 +8,8 @@ from _dedup_contract import contract_keep
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchmetrics_varlen._dedup import dedup_by_id, sampler_kept_rows
+from torchmetrics_varlen._core.dedup import dedup_by_id
+from torchmetrics_varlen._core.ledger import sampler_kept_rows
 
 pytestmark = pytest.mark.property
 SETTINGS = settings(max_examples=300, deadline=None)
@@ -106,7 +107,7 @@ def test_id_dedup_keeps_what_the_contract_names_for_any_id_layout(
     """Whatever the ids look like (and so whichever way their order is found), the kept rows and their order are
     the contract's: the smallest copy of each (id, element), ordered by key.
     """
-    from torchmetrics_varlen._dedup import dedup_order
+    from torchmetrics_varlen._core.dedup import dedup_order
 
     ids, sub = layout
     gen = torch.Generator().manual_seed(seed)

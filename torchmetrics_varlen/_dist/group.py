@@ -61,8 +61,7 @@ def group_position(group: Any | None) -> tuple[int, int]:
     """``(rank, world size)`` in ``group``; ``(0, 1)`` without an initialised process group."""
     if not distributed_available():
         return 0, 1
-    pg = resolve_group(group)
-    return dist.get_rank(pg), dist.get_world_size(pg)
+    return dist.get_rank(group), dist.get_world_size(group)  # torch's public calls: ``None`` is the default group
 
 
 def is_nccl(group: Any) -> bool:

@@ -1,6 +1,6 @@
 """Transport of the sharded compute: a sample sort over ``all_to_all``, so that no rank ever holds every prediction.
 
-This module moves rows and knows no metric math: the caller (``classification/_sharded.py``) passes each problem's
+This module moves rows and knows no metric math: the caller (``_core/sharded.py``) passes each problem's
 samples in as a :class:`SortedColumn` (its own sort, keys and counts) and does the per-range math on the
 :class:`Range` it gets back. Per binary problem, after the usual check-in:
 

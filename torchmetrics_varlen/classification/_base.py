@@ -1,8 +1,9 @@
 """The state handling shared by every metric of the package; how it syncs and computes is its compute strategy.
 
 A metric keeps one row per sample in list states (exact mode) or a summed state (binned, 16-bit): its ``Mode``.
-``update`` validates, drops sampler padding (the ledger, ``_ledger.py``), formats and appends (or adds); ``compute``
-runs after one guarded sync, through the strategy chosen in the constructor (``_strategy.py``, ``_sync.py``).
+``update`` validates, drops sampler padding (the ledger, ``_core/ledger.py``), formats and appends (or adds);
+``compute`` runs after one guarded sync, through the strategy chosen in the constructor (``_core/strategies.py``,
+``_core/strategies.py``).
 
 The constructor keywords of the synchronisation (``dataset_size``, ``sync_timeout``, ``compute_on_rank``,
 ``compute_sharded``, ``sync_key``) are declared here only; the public classes pass them through ``**kwargs``.
@@ -16,23 +17,37 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import SCALAR_AVERAGES, TASKS, Average, Normalization, Thresholds, validate_metric_args
-from torchmetrics_varlen._coalesce import count_piece
-from torchmetrics_varlen._dedup import SyncReport
-from torchmetrics_varlen._held import HeldHistogram, count_held, drop_held
-from torchmetrics_varlen._intake import (
+from torchmetrics_varlen._core.batch import (
     CHECK_ONLY,
     CHECKED,
     check_only,
-    stored_dedup_mode,
-    stored_weight_mode,
+    count_piece,
     take_batch,
 )
-from torchmetrics_varlen._ledger import Ledger, host_counters
-from torchmetrics_varlen.classification._sync import _COUNTERS, SHARED_SYNCS, _SyncedMetric, choose_strategy
+from torchmetrics_varlen._core.dedup import SyncReport
+from torchmetrics_varlen._core.held import HeldHistogram, count_held, drop_held
+from torchmetrics_varlen._core.ledger import Ledger, host_counters
+from torchmetrics_varlen._core.seam import SHARED_SYNCS
+from torchmetrics_varlen._core.sharded import Sharded
+from torchmetrics_varlen._core.strategies import (
+    _COUNTERS,
+    ComputeStrategy,
+    GatherToAll,
+    GatherToOne,
+    Summed,
+    _SyncedMetric,
+)
 from torchmetrics_varlen.functional._count import Mode, threshold_tensor
 from torchmetrics_varlen.functional._reduce import RankStatistic
-from torchmetrics_varlen.functional._tasks import Split
+from torchmetrics_varlen.functional._tasks import (
+    SCALAR_AVERAGES,
+    TASKS,
+    Average,
+    Normalization,
+    Split,
+    Thresholds,
+    validate_metric_args,
+)
 
 _PLAIN = frozenset(("_computed", "_update_count", "_forward_cache"))  # plain attributes torchmetrics sets per update
 
@@ -158,7 +173,7 @@ class _VarlenMetric(_SyncedMetric):
         start: int | None,
         sample_weight: Tensor | None = None,
     ) -> None:
-        """Validate, drop sampler padding, format and append (or count) one batch; all or nothing (``_intake.py``)."""
+        """Validate, drop sampler padding, format and append (or count) one batch; all or nothing (``_core/batch``)."""
         if CHECK_ONLY in self.__dict__:  # a collection's check before any member takes the batch (_precheck)
             check_only(self, preds, target, sample_ids, extras, sample_weight)
             return
@@ -210,20 +225,20 @@ class _VarlenMetric(_SyncedMetric):
             value = super().forward(*args, **kwargs)
         finally:
             self._in_forward = False
-        if self._summed is None:  # the batch's piece is in the row states now: count it (``_coalesce.py``)
+        if self._summed is None:  # the batch's piece is in the row states now: count it (``_core/batch.py``)
             count_piece(self, self._compute.state_names(self))
         return value
 
     def reset(self) -> None:
         """Forget every sample (``forward`` resets internally too: it passes the position explicitly)."""
-        drop_held(self)  # 16-bit batches held back (``_held.py``): replaced with the state, not counted first
+        drop_held(self)  # 16-bit batches held back (``_core/held.py``): replaced with the state, not counted first
         super().reset()
         if not self._in_forward:  # forward keeps the epoch's sampler positions (it passes the start itself)
             self._ledger.reset()
         SHARED_SYNCS.clear()
 
     def __getstate__(self) -> dict[str, Any]:
-        """As the base's, the held 16-bit batches counted first: a copy holds none (``_held.py``)."""
+        """As the base's, the held 16-bit batches counted first: a copy holds none (``_core/held.py``)."""
         count_held(self)
         return super().__getstate__()
 
@@ -274,3 +289,43 @@ class _RankingMetric(_VarlenMetric):
 
 host_counters(_VarlenMetric, _COUNTERS)  # per-batch counts stay host-side ints until the states are read
 _VarlenMetric.hist = HeldHistogram()  # type: ignore[assignment]  # 16-bit: small batches counted when it is read
+
+
+def choose_strategy(mode: Mode, compute_on_rank: int | None, compute_sharded: bool) -> ComputeStrategy:
+    """The metric's compute strategy (``_core/strategies.py``), from its mode and its synchronisation keywords."""
+    if mode.state_name is not None:
+        return Summed(mode.state_name, joins_collection_sync=compute_on_rank is None)
+    if compute_sharded:
+        return Sharded()
+    return GatherToAll() if compute_on_rank is None else GatherToOne(compute_on_rank)
+
+
+def _has_rows(state: list[Tensor] | Tensor, synced: bool) -> bool:
+    if isinstance(state, Tensor):
+        return state.numel() > 0
+    # Before a sync a stored batch counts even when it is empty; synced states are per-rank pieces.
+    return any(p.numel() for p in state) if synced else bool(state)
+
+
+def stored_dedup_mode(metric: Any) -> str | None:
+    """A package metric's dedup mode: ``"ids"`` or ``"none"`` once its first batch decided it, ``None`` before."""
+    ledger: Ledger = metric._ledger
+    if metric._summed is not None:
+        return ledger.stored_mode(metric, "ids", False, bool(metric._update_count))
+    synced = metric._is_synced
+    return ledger.stored_mode(metric, "ids", _has_rows(metric.ids, synced), _has_rows(metric.preds, synced))
+
+
+def stored_weight_mode(metric: Any) -> str | None:
+    """``"weights"`` or ``"none"`` once the first batch decided it (with or without ``sample_weight``); ``None``
+    before any batch. Exact mode: whether the ``weight`` column holds batches; binned / 16-bit: the summed state's
+    dtype (float64 sums of weights, int64 counts).
+    """
+    ledger: Ledger = metric._ledger
+    if not metric._takes_weights:
+        return ledger.stored_mode(metric, "weights", False, bool(metric._update_count))
+    if metric._summed is not None:
+        # the dtype only, read from the instance: held 16-bit batches stay held
+        return ledger.stored_mode(metric, "weights", metric.__dict__[metric._summed].dtype == torch.float64)
+    synced = metric._is_synced
+    return ledger.stored_mode(metric, "weights", _has_rows(metric.weight, synced), _has_rows(metric.preds, synced))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchmetrics_varlen._checks import Average, Normalization, Thresholds
 from torchmetrics_varlen.classification._base import _RankingMetric
+from torchmetrics_varlen.functional._tasks import Average, Normalization, Thresholds
 from torchmetrics_varlen.functional.curves import CurveAverage
 
 

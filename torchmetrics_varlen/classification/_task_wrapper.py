@@ -13,7 +13,7 @@ from typing import Any
 
 from torchmetrics import Metric
 
-from torchmetrics_varlen._checks import TASKS, validate_ranking_args, validate_task_args
+from torchmetrics_varlen.functional._tasks import TASKS, validate_ranking_args, validate_task_args
 
 
 def new_for_task(

@@ -6,10 +6,10 @@ from typing import Any
 
 from torch import Tensor
 
-from torchmetrics_varlen._checks import Average, Normalization, Thresholds
 from torchmetrics_varlen.classification._base import _RankingMetric
 from torchmetrics_varlen.classification._constructors import _Multiclass, _Multilabel
 from torchmetrics_varlen.classification._task_wrapper import new_for_task
+from torchmetrics_varlen.functional._tasks import Average, Normalization, Thresholds
 from torchmetrics_varlen.functional.auroc import AUROC, _compute, _compute_weighted
 
 

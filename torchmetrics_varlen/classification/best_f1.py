@@ -7,8 +7,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import Normalization
 from torchmetrics_varlen.classification._base import _RankingMetric
+from torchmetrics_varlen.functional._tasks import Normalization
 from torchmetrics_varlen.functional.best_f1 import TASKS, _compute
 
 

@@ -17,7 +17,6 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import RankingArgs, Thresholds, within
 from torchmetrics_varlen.functional._hist import (
     BINS,
     class_histogram_into,
@@ -26,7 +25,15 @@ from torchmetrics_varlen.functional._hist import (
     histogram_into,
 )
 from torchmetrics_varlen.functional._sort import SortedKeys, SortedProblem, packable, running_sum, sort_problem
-from torchmetrics_varlen.functional._tasks import Split, format_inputs, merged_rows, rows_by_class
+from torchmetrics_varlen.functional._tasks import (
+    RankingArgs,
+    Split,
+    Thresholds,
+    format_inputs,
+    merged_rows,
+    rows_by_class,
+    within,
+)
 
 
 class Binned(NamedTuple):

@@ -14,10 +14,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import Average
 from torchmetrics_varlen.functional._count import Binned, Problem, problem_device
 from torchmetrics_varlen.functional._ranking import RankSums, as_output, rank_sums
-from torchmetrics_varlen.functional._tasks import Split
+from torchmetrics_varlen.functional._tasks import Average, Split
 
 
 class SumsNeeded(NamedTuple):

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import within
+from torchmetrics_varlen.functional._tasks import within
 from torchmetrics_varlen.functional._threads import parts_for, run_all
 
 _KEYS = {

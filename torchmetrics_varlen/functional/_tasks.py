@@ -13,18 +13,584 @@ place in the batch (:mod:`~torchmetrics_varlen.functional._normalize`), so equal
 
 Every metric is computed on binary problems ``(scores, positives)``: :class:`Split` says, once, how a task and its
 ``average`` make them: the data itself (binary), one merged problem (``average="micro"``), or one per class / label.
+
+The vocabulary the package checks (tasks, averages, thresholds, normalisations) and every argument and input
+validator live here too: the functional core and the metric classes call these and nothing else to validate.
+Messages have one form, "Expected `name` to be ..., but got {value!r}.", built into ``msg`` first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import NamedTuple, TypeVar
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, NamedTuple, TypeVar
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import Average, Normalization, check_binary_normalization, within
 from torchmetrics_varlen.functional._normalize import sigmoid, softmax
+
+Task = Literal["binary", "multiclass", "multilabel"]
+Average = Literal["micro", "macro", "weighted", "none"] | None
+Thresholds = int | list[float] | Tensor | torch.dtype | None
+Normalization = Literal["sigmoid", "softmax"] | None
+Weighting = Literal["samples", "uniform"]
+
+TASKS: tuple[str, ...] = ("binary", "multiclass", "multilabel")
+NORMALIZATIONS = ("sigmoid", "softmax", None)
+HIST_DTYPES = (torch.float16, torch.bfloat16)  # thresholds=<dtype>: every value of the dtype is a threshold
+# The `average` each task accepts (torchmetrics 1.9's): scalar statistics (AUROC, AP), and curves.
+SCALAR_AVERAGES = {
+    "multiclass": ("macro", "weighted", "none", None),
+    "multilabel": ("micro", "macro", "weighted", "none", None),
+}
+CURVE_AVERAGES = {"multiclass": ("micro", "macro", None), "multilabel": (None,)}
+
+
+def host_pair(ends: tuple[Tensor, Tensor], *, one_read: bool) -> tuple[Any, Any]:
+    """Two 0-d tensors (an ``aminmax``) as Python numbers, exactly: read one by one (cheapest on the CPU) or, with
+    ``one_read`` (on a device: one sync instead of two), stacked and read together.
+    """
+    if one_read:
+        low, high = torch.stack(ends).tolist()
+        return low, high
+    return ends[0].item(), ends[1].item()
+
+
+_HOST_REDUCE = 1024  # from this many CPU integers on, NumPy's min / max (vectorised) beat torch's reductions
+_HOST_REDUCE_MAX = 1 << 20  # ...up to this many: beyond, torch's reductions use its threads (NumPy's one)
+
+
+def _on_host(values: Tensor) -> bool:
+    """Whether to reduce the CPU integers ``values`` with NumPy (batch sizes) rather than torch (large tensors)."""
+    return values.is_cpu and _HOST_REDUCE <= values.numel() < _HOST_REDUCE_MAX
+
+
+def int_ends(values: Tensor, *, high: bool = True) -> tuple[int, int]:
+    """The lowest and highest of a non-empty integer tensor as Python ints, exactly (without ``high``: the lowest,
+    twice). Big CPU tensors are reduced by NumPy (several times faster on int64 than torch's ``min`` / ``aminmax``),
+    the rest by one torch reduction.
+    """
+    if _on_host(values):
+        array = values.numpy()
+        low = int(array.min())
+        return low, int(array.max()) if high else low
+    if not high:
+        low = int(values.min())
+        return low, low
+    lowest, highest = host_pair(torch.aminmax(values), one_read=not values.is_cpu)
+    return int(lowest), int(highest)
+
+
+# Each integer dtype NumPy reads as the unsigned integer of its width: a negative value reads as one >= 2**(bits-1).
+_UNSIGNED = {torch.int64: np.uint64, torch.int32: np.uint32, torch.int16: np.uint16, torch.int8: np.uint8}
+
+
+def ints_within(values: Tensor, top: int) -> bool | None:
+    """Whether every value of a non-empty CPU integer tensor lies in ``[0, top]``, by one NumPy ``max`` of the values
+    read as unsigned integers of their width (a negative value reads as one above any ``top`` its dtype holds): one
+    pass instead of a ``min`` and a ``max``. ``None``: not told here (another device or dtype, ``top`` outside the
+    dtype's non-negative range); ask :func:`int_ends`.
+    """
+    if not values.is_cpu or top < 0:
+        return None
+    dtype = values.dtype
+    unsigned = _UNSIGNED.get(dtype)
+    if unsigned is not None:
+        if top > torch.iinfo(dtype).max:
+            return None
+        return int(values.numpy().view(unsigned).max()) <= top
+    if dtype == torch.uint8:
+        return int(values.numpy().max()) <= top
+    return None
+
+
+def within(x: Tensor | Sequence[Tensor], low: float, high: float, *, closed: bool = True) -> bool:
+    """Whether every value of ``x`` (a tensor or pieces of one) lies in ``[low, high]`` (``[low, high)`` unless
+    ``closed``); NaN never does. One ``aminmax`` pass per piece (on a device, both ends read with one sync).
+    """
+    exact = isinstance(low, int) and isinstance(high, int)  # bounds every dtype holds: compared on the host
+    for piece in [x] if isinstance(x, Tensor) else x:
+        if piece.numel():
+            ends = torch.aminmax(piece)
+            lowest, highest = ends
+            if exact:
+                lo, hi = host_pair(ends, one_read=not piece.is_cpu)  # exact in Python (NaN: every comparison False)
+                if not (lo >= low and (hi <= high if closed else hi < high)):
+                    return False
+            elif not (bool(lowest >= low) and bool(highest <= high if closed else highest < high)):
+                return False
+    return True
+
+
+def _is_int(value: object, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+# ------------------------------------------------------------------ arguments
+
+
+def validate_task_args(
+    task: str,
+    num_classes: int | None,
+    num_labels: int | None,
+    average: Average,
+    *,
+    averages: dict[str, tuple[str | None, ...]] = SCALAR_AVERAGES,
+    tasks: tuple[str, ...] = TASKS,
+) -> None:
+    """Check ``task`` (one of ``tasks``), the size it needs and its ``average`` (ignored for binary).
+
+    Deliberately not torchmetrics' "Invalid Classification: expected one of [...]": the house form names the
+    argument and quotes the value (``but got 'multi'``), as every other message of the package does.
+    """
+    if task not in tasks:
+        allowed = f"one of {tasks}" if tasks == TASKS else " or ".join(repr(t) for t in tasks)
+        msg = f"Expected argument `task` to be {allowed}, but got {task!r}."
+        raise ValueError(msg)
+    if task == "multiclass" and not _is_int(num_classes, 2):
+        msg = f"Expected argument `num_classes` to be an int >= 2 for task='multiclass', but got {num_classes!r}."
+        raise ValueError(msg)
+    if task == "multilabel" and not _is_int(num_labels, 1):
+        msg = f"Expected argument `num_labels` to be an int >= 1 for task='multilabel', but got {num_labels!r}."
+        raise ValueError(msg)
+    if task in averages and average not in averages[task]:
+        msg = f"Expected argument `average` to be one of {averages[task]} for task={task!r}, but got {average!r}."
+        raise ValueError(msg)
+
+
+def _validate_thresholds(thresholds: Thresholds) -> None:
+    if isinstance(thresholds, torch.dtype):
+        if thresholds not in HIST_DTYPES:
+            msg = (
+                "Expected argument `thresholds` given as a dtype to be torch.float16 or torch.bfloat16 (every value"
+                f" of that dtype is a threshold), but got {thresholds}."
+            )
+            raise ValueError(msg)
+        return
+    if thresholds is None:
+        return
+    if isinstance(thresholds, bool) or not isinstance(thresholds, (int, list, Tensor)):
+        msg = (
+            "Expected argument `thresholds` to be None, an int, a list of floats, a 1-D tensor,"
+            f" torch.float16 or torch.bfloat16, but got {thresholds!r}."
+        )
+        raise ValueError(msg)
+    if isinstance(thresholds, int) and thresholds < 2:
+        msg = f"Expected argument `thresholds` given as an int to be at least 2, but got {thresholds}."
+        raise ValueError(msg)
+    if isinstance(thresholds, list) and not all(isinstance(t, float) and 0 <= t <= 1 for t in thresholds):
+        msg = f"Expected argument `thresholds` given as a list to hold floats in [0, 1], but got {thresholds!r}."
+        raise ValueError(msg)
+    if isinstance(thresholds, list) and not thresholds:
+        msg = "Expected argument `thresholds` given as a list to be non-empty, but got []."
+        raise ValueError(msg)
+    if isinstance(thresholds, Tensor) and (thresholds.ndim != 1 or not thresholds.is_floating_point()):
+        msg = (
+            "Expected argument `thresholds` given as a tensor to be 1-D and floating point,"
+            f" but got shape {tuple(thresholds.shape)} and dtype {thresholds.dtype}."
+        )
+        raise ValueError(msg)
+
+
+def validate_ranking_args(
+    *,
+    task: str = "binary",
+    max_fpr: float | None = None,
+    thresholds: Thresholds = None,
+    ignore_index: int | None = None,
+    normalization: Normalization = None,
+    binned: bool = True,
+    what: str = "",
+) -> None:
+    """Check the arguments shared by the ranking metrics (AUROC, AP, curves, best F1); without a ``binned`` mode
+    (``what`` names the metric), ``thresholds`` is ``None`` or a 16-bit dtype.
+    """
+    if max_fpr is not None and (
+        isinstance(max_fpr, bool) or not isinstance(max_fpr, (float, int)) or not 0 < max_fpr <= 1
+    ):
+        msg = f"Expected argument `max_fpr` to be a float in the range (0, 1], but got {max_fpr!r}."
+        raise ValueError(msg)
+    if max_fpr is not None and task != "binary":
+        msg = f"Argument `max_fpr` (partial AUC) is only defined for task='binary', but got task={task!r}."
+        raise ValueError(msg)
+    if not binned and thresholds is not None and not isinstance(thresholds, torch.dtype):
+        msg = (
+            f"Expected argument `thresholds` of {what} to be None (exact) or torch.float16 / torch.bfloat16"
+            f" (exact on the rounded scores, constant memory), but got {thresholds!r}."
+        )
+        raise ValueError(msg)
+    _validate_thresholds(thresholds)
+    if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
+        msg = f"Expected argument `ignore_index` to be None or an int, but got {ignore_index!r}."
+        raise ValueError(msg)
+    if normalization not in NORMALIZATIONS:
+        msg = f"Expected argument `normalization` to be 'sigmoid', 'softmax' or None, but got {normalization!r}."
+        raise ValueError(msg)
+
+
+def validate_weighting(weighting: str) -> None:
+    """Group AUROC's ``weighting``."""
+    if weighting not in ("samples", "uniform"):
+        msg = f"Expected argument `weighting` to be 'samples' or 'uniform', but got {weighting!r}."
+        raise ValueError(msg)
+
+
+def validate_dedup_and_timeout(dataset_size: Any, sync_timeout: Any) -> None:
+    """``dataset_size``: a non-negative int or None; ``sync_timeout``: positive seconds or None (every metric and
+    wrapper takes both).
+    """
+    if sync_timeout is not None and (isinstance(sync_timeout, bool) or not sync_timeout > 0):
+        msg = f"Expected argument `sync_timeout` to be a positive number of seconds or None, but got {sync_timeout!r}."
+        raise ValueError(msg)
+    if dataset_size is not None and not _is_int(dataset_size, 0):
+        msg = f"Expected argument `dataset_size` to be a non-negative int or None, but got {dataset_size!r}."
+        raise ValueError(msg)
+
+
+def validate_sync_args(
+    *,
+    dataset_size: int | None,
+    sync_timeout: float | None,
+    compute_on_rank: int | None,
+    compute_sharded: bool,
+    exact: bool,
+    shardable: bool,
+    max_fpr: float | None,
+    what: str,
+) -> None:
+    """Check the synchronisation keywords every metric class takes (``exact``: no ``thresholds``; ``shardable``:
+    the metric reduces to per-range sums, see ``_dist/shard.py``, which the partial AUC of ``max_fpr`` does not).
+    """
+    validate_dedup_and_timeout(dataset_size, sync_timeout)
+    if compute_on_rank is not None and not _is_int(compute_on_rank, 0):
+        msg = f"Expected argument `compute_on_rank` to be a rank (int >= 0) or None, but got {compute_on_rank!r}."
+        raise ValueError(msg)
+    if not isinstance(compute_sharded, bool):
+        msg = f"Expected argument `compute_sharded` to be a bool, but got {compute_sharded!r}."
+        raise ValueError(msg)
+    if compute_sharded and max_fpr is not None:
+        msg = "`compute_sharded=True` computes the full AUROC from per-range sums; it does not support `max_fpr`."
+        raise ValueError(msg)
+    if compute_sharded and not shardable:
+        msg = (
+            f"Expected argument `compute_sharded` to be False for {what}, but got True: only AUROC and average"
+            " precision reduce to per-range sums and can be computed sharded; `compute_on_rank` keeps the data"
+            " off the other ranks."
+        )
+        raise ValueError(msg)
+    if compute_sharded and (not exact or compute_on_rank is not None):
+        msg = (
+            "`compute_sharded=True` spreads the exact computation over the ranks: it needs the exact mode"
+            " (thresholds=None; the binned and 16-bit states are already small and summed) and cannot be"
+            " combined with `compute_on_rank` (which gathers everything to one rank)."
+        )
+        raise ValueError(msg)
+
+
+def validate_compute_on_rank(compute_on_rank: int | None, world: int, initialised: bool, what: str) -> None:
+    """``compute_on_rank`` must be a rank of the process group: checked at ``compute()``, with or without one."""
+    if compute_on_rank is None or compute_on_rank < world:
+        return
+    group = f"the process group has {world} ranks" if initialised else "no process group is initialised (one rank)"
+    msg = (
+        f"Expected argument `compute_on_rank` of {what} to be None or a rank between 0 and {world - 1}, but got"
+        f" {compute_on_rank!r} (compute_on_rank={compute_on_rank} but {group})."
+    )
+    raise ValueError(msg)
+
+
+class RankingArgs(NamedTuple):
+    """The arguments a ranking function (AUROC, AP, curves, best F1) shares, to validate them in one call."""
+
+    task: str
+    num_classes: int | None
+    num_labels: int | None
+    average: Average
+    thresholds: Thresholds
+    ignore_index: int | None
+    normalization: Normalization
+    max_fpr: float | None = None
+
+    def validate(
+        self,
+        preds: Tensor,
+        target: Tensor,
+        *,
+        averages: dict[str, tuple[str | None, ...]] = SCALAR_AVERAGES,
+        tasks: tuple[str, ...] = TASKS,
+    ) -> bool | None:
+        """Check the arguments (``averages`` / ``tasks``: what the function accepts), then the batch (with
+        :func:`check_inputs`: two reductions for the common batch, the full checks and their messages otherwise).
+        Returns what :func:`check_inputs` does: whether every score lies in [0, 1] (``None``: not known).
+        """
+        validate_task_args(self.task, self.num_classes, self.num_labels, self.average, averages=averages, tasks=tasks)
+        validate_ranking_args(
+            task=self.task,
+            max_fpr=self.max_fpr,
+            thresholds=self.thresholds,
+            ignore_index=self.ignore_index,
+            normalization=self.normalization,
+        )
+        return check_inputs(
+            preds, target, self.task, self.num_classes, self.num_labels, self.ignore_index, self.normalization
+        )
+
+
+# ------------------------------------------------------------------ inputs
+
+
+def _check_shapes(preds: Tensor, target: Tensor, task: str, width: int) -> None:
+    if task != "binary" and (preds.ndim < 2 or preds.shape[1] != width):
+        what = "classes" if task == "multiclass" else "labels"
+        msg = f"Expected `preds` of shape (N, {width}, ...) for {width} {what}, but got {tuple(preds.shape)}."
+        raise ValueError(msg)
+    if task == "multiclass" and target.shape != preds.shape[:1] + preds.shape[2:]:
+        msg = (
+            f"Expected `target` of shape {tuple(preds.shape[:1] + preds.shape[2:])} (preds without the class"
+            f" dimension), but got {tuple(target.shape)}."
+        )
+        raise ValueError(msg)
+    if task != "multiclass" and target.shape != preds.shape:
+        msg = (
+            "Expected `preds` and `target` to have the same shape, but got"
+            f" {tuple(preds.shape)} and {tuple(target.shape)}."
+        )
+        raise ValueError(msg)
+
+
+def check_binary_normalization(scores: Tensor, normalization: Normalization) -> None:
+    """Binary scores outside [0, 1] cannot be softmaxed (one score per sample, no class dimension)."""
+    if normalization == "softmax" and not within(scores, 0, 1):
+        msg = (
+            "Expected `normalization` to be 'sigmoid' or None for binary scores outside [0, 1] (softmax needs a class"
+            f" dimension; use task='multiclass'), but got {normalization!r}."
+        )
+        raise ValueError(msg)
+
+
+def validate_inputs(
+    preds: Tensor,
+    target: Tensor,
+    task: str,
+    num_classes: int | None,
+    num_labels: int | None,
+    ignore_index: int | None,
+    normalization: Normalization = None,
+) -> None:
+    """Check one batch for ``task``: shapes, dtypes, finite scores, labels in range (``ignore_index`` aside).
+
+    Labels may be integer, bool, or floating point holding whole numbers (``1.0``), as torchmetrics accepts.
+    """
+    if not isinstance(preds, Tensor) or not isinstance(target, Tensor):
+        msg = (
+            f"Expected `preds` and `target` to be tensors, but got {type(preds).__name__} and {type(target).__name__}."
+        )
+        raise TypeError(msg)
+    width = {"binary": 1, "multiclass": num_classes or 2, "multilabel": num_labels or 1}[task]
+    _check_shapes(preds, target, task, width)
+    highest = width - 1 if task == "multiclass" else 1
+    noun, expected = {
+        "binary": ("labels in {0, 1}", "only {0, 1}"),
+        "multiclass": ("class indices", f"class indices in [0, {highest}]"),
+        "multilabel": ("labels", "labels in [0, 1]"),
+    }[task]
+    if not preds.is_floating_point():
+        msg = f"Expected `preds` to be a floating point tensor of scores or logits, but got dtype {preds.dtype}."
+        raise ValueError(msg)
+    if target.is_complex():
+        msg = (
+            f"Expected `target` to be an integer, bool or floating point tensor of {noun},"
+            f" but got dtype {target.dtype}."
+        )
+        raise ValueError(msg)
+    keep = None if ignore_index is None else target != ignore_index
+    labels = target if keep is None else target[keep]
+    bad = (labels < 0) | (labels > highest)
+    if labels.is_floating_point():
+        bad |= labels != labels.trunc()  # 0.5, and NaN (never equal to itself)
+    if labels.numel() and target.dtype != torch.bool and bool(bad.any()):
+        found = torch.unique(labels).tolist()[:10]
+        extra = "" if ignore_index is None else f" or ignore_index={ignore_index}"
+        msg = f"Expected `target` to hold {expected}{extra}, but found values {found}."
+        raise ValueError(msg)
+    if keep is not None and task == "multiclass":
+        keep = keep.unsqueeze(1).expand_as(preds)
+    scores = preds if keep is None else preds[keep]
+    if not bool(torch.isfinite(scores).all()):
+        bad_scores = scores[~torch.isfinite(scores)]
+        msg = (
+            f"Expected `preds` to be finite, but found {bad_scores.numel()} NaN or infinite value(s)"
+            f" (first: {bad_scores[0].item()}). Check the model outputs before updating the metric."
+        )
+        raise ValueError(msg)
+    if task == "binary":
+        check_binary_normalization(scores, normalization)
+
+
+def _score_range(
+    preds: Tensor, labels: Tensor | None, top: int, fused: bool | None = None
+) -> tuple[float, float] | None:
+    """The lowest and highest score of a non-empty batch, or ``None`` if some label is outside ``[0, top]``.
+
+    One ``aminmax`` per tensor. On the CPU each end is read on its own (cheapest there); on a device (``fused``, by
+    default when ``preds`` is not on the CPU) every end is read with one ``tolist()``, one sync for the batch. The
+    labels' ends are read as float64 there: exact up to 2**53, and the rounding above keeps every comparison with
+    ``0`` and a ``top`` below 2**53 (a larger one, and labels on another device, take the separate reads).
+    """
+    if fused is None:
+        fused = not preds.is_cpu
+    if not fused or (labels is not None and (labels.device != preds.device or top >= 2**53)):
+        if labels is not None and labels.numel():
+            inside = ints_within(labels, top) if _on_host(labels) else None
+            if inside is None:
+                low, high = torch.aminmax(labels)
+                inside = int(low) >= 0 and int(high) <= top
+            if not inside:
+                return None
+        lowest, highest = torch.aminmax(preds)
+        return float(lowest), float(highest)
+    ends = torch.stack(torch.aminmax(preds)).double()
+    if labels is not None and labels.numel():
+        ends = torch.cat((ends, torch.stack(torch.aminmax(labels)).double()))
+    values = ends.tolist()
+    if len(values) == 4 and not (values[2] >= 0 and values[3] <= top):
+        return None
+    return values[0], values[1]
+
+
+def check_inputs(
+    preds: Tensor,
+    target: Tensor,
+    task: str,
+    num_classes: int | None,
+    num_labels: int | None,
+    ignore_index: int | None,
+    normalization: Normalization = None,
+) -> bool | None:
+    """:func:`validate_inputs` in two reductions for the common batch (no ``ignore_index``, integer or bool labels),
+    returning whether every score lies in [0, 1] (``None``: not known, the general checks ran).
+
+    One ``aminmax`` of the labels gives their range; one of the scores gives finiteness (NaN propagates through the
+    min and max, infinities show as the min or max) and the [0, 1] test the formatting needs. Any batch the fused
+    checks do not pass goes through :func:`validate_inputs`, which raises its own message (or passes).
+    """
+    if (
+        ignore_index is None
+        and isinstance(preds, Tensor)
+        and isinstance(target, Tensor)
+        and preds.is_floating_point()
+        and not target.is_floating_point()
+        and not target.is_complex()
+    ):
+        width = (num_classes or 2) if task == "multiclass" else ((num_labels or 1) if task == "multilabel" else 1)
+        _check_shapes(preds, target, task, width)
+        if not preds.numel():  # then the labels are empty too (the shapes match)
+            return True
+        top = width - 1 if task == "multiclass" else 1
+        ends = _score_range(preds, None if target.dtype == torch.bool else target, top)
+        if ends is not None and math.isfinite(ends[0]) and math.isfinite(ends[1]):
+            in_unit = ends[0] >= 0 and ends[1] <= 1
+            if in_unit or task != "binary" or normalization != "softmax":
+                return in_unit
+    validate_inputs(preds, target, task, num_classes, num_labels, ignore_index, normalization)
+    return None
+
+
+def validate_sample_ids(
+    sample_ids: Tensor, shape: torch.Size, *, name: str = "sample_ids", non_negative: bool = True, high: bool = True
+) -> tuple[int, int] | None:
+    """Check per-sample integers (ids, groups): one per element (``shape``) or one per row (``(shape[0],)``).
+
+    With ``non_negative``, returns the lowest and highest value (one ``aminmax``; without ``high``, one ``min`` and
+    the highest reported as the lowest), ``None`` if there are none.
+    """
+    if not isinstance(sample_ids, Tensor):
+        msg = f"Expected `{name}` to be an integer tensor, but got {type(sample_ids).__name__}."
+        raise TypeError(msg)
+    if sample_ids.is_floating_point() or sample_ids.is_complex() or sample_ids.dtype == torch.bool:
+        msg = f"Expected `{name}` to be an integer tensor, one value per sample, but got dtype {sample_ids.dtype}."
+        raise ValueError(msg)
+    if sample_ids.shape != shape:
+        rows = shape[0] if len(shape) else 1
+        if tuple(sample_ids.shape) != (rows,):
+            got = tuple(sample_ids.shape)
+            if tuple(shape) == (rows,):  # a row is one sample (a score, or a multiclass / multilabel row)
+                msg = f"Expected `{name}` to have shape ({rows},), one value per sample (row), but got {got}."
+            else:
+                per_row = f"one value per row ({rows},)"
+                msg = f"Expected `{name}` to have the sample shape {tuple(shape)} or {per_row}, but got {got}."
+            raise ValueError(msg)
+    if not non_negative or not sample_ids.numel():
+        return None
+    low, highest = int_ends(sample_ids, high=high)
+    if low < 0:
+        msg = f"Expected `{name}` to be >= 0, but found {low}."
+        raise ValueError(msg)
+    return low, highest
+
+
+_ID_TOP = 2**63 - 1  # the highest int64: without dataset_size an id only has to be >= 0
+_ID_DTYPES = frozenset((torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8))  # the fast check's
+
+
+def sample_ids_fit(sample_ids: Tensor, shape: torch.Size, dataset_size: int | None) -> bool:
+    """Whether ``sample_ids`` surely pass :func:`validate_sample_ids` and, with ``dataset_size``, the ledger's range
+    check (``[0, dataset_size)``), told by one pass over the ids; ``False``: not told here, run the full checks
+    (they raise, or pass, with their own message). The common batch: a non-empty CPU integer tensor, one id per
+    sample, read once as unsigned integers (:func:`ints_within`); small ones without ``dataset_size``: one ``min``.
+    """
+    if type(sample_ids) is not Tensor or not sample_ids.is_cpu or sample_ids.dtype not in _ID_DTYPES:
+        return False
+    if sample_ids.shape != shape:
+        rows = shape[0] if len(shape) else 1
+        if sample_ids.ndim != 1 or sample_ids.shape[0] != rows:
+            return False
+    n = sample_ids.numel()
+    if not n:
+        return False
+    if not _on_host(sample_ids):  # small: one torch reduction (NumPy's fixed cost is higher); large: torch's threads
+        if dataset_size is None:
+            return int(sample_ids.min()) >= 0
+        low, high = torch.aminmax(sample_ids)
+        return int(low) >= 0 and int(high) < dataset_size
+    return ints_within(sample_ids, _ID_TOP if dataset_size is None else dataset_size - 1) is True
+
+
+def validate_metric_args(
+    metric: Any, settings: dict[str, Any], *, max_fpr: float | None, thresholds: Thresholds, sync_timeout: float | None
+) -> None:
+    """Check the constructor arguments of one of the package's metrics (``settings``: its public settings)."""
+    what, task = type(metric).__name__, settings["task"]
+    validate_task_args(
+        task,
+        settings["num_classes"],
+        settings["num_labels"],
+        settings["average"],
+        averages=metric._averages,
+        tasks=metric._tasks,
+    )
+    validate_ranking_args(
+        task=task,
+        max_fpr=max_fpr,
+        thresholds=thresholds,
+        ignore_index=settings["ignore_index"],
+        normalization=settings["normalization"],
+        binned=metric._binned,
+        what=what,
+    )
+    validate_sync_args(
+        dataset_size=settings["dataset_size"],
+        sync_timeout=sync_timeout,
+        compute_on_rank=settings["compute_on_rank"],
+        compute_sharded=settings["compute_sharded"],
+        exact=thresholds is None,
+        shardable=metric._statistic is not None,
+        max_fpr=max_fpr,
+        what=what,
+    )
+
 
 T = TypeVar("T")
 

@@ -27,7 +27,6 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import RankingArgs
 from torchmetrics_varlen.functional._count import Binned, Mode, binned_confmat, threshold_tensor
 from torchmetrics_varlen.functional._hist import counts_from_histogram, histogram
 from torchmetrics_varlen.functional._ranking import (
@@ -42,7 +41,7 @@ from torchmetrics_varlen.functional._ranking import (
 )
 from torchmetrics_varlen.functional._reduce import average_over_classes
 from torchmetrics_varlen.functional._sort import Counts, running_sum
-from torchmetrics_varlen.functional._tasks import Split, format_inputs
+from torchmetrics_varlen.functional._tasks import RankingArgs, Split, format_inputs
 
 WeightedProblem = Counts | Binned  # float64 counts of one binary problem, or its float64 binned confusion matrices
 

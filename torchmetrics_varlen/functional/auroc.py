@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from torchmetrics_varlen._checks import Average, Normalization, RankingArgs, Thresholds
 from torchmetrics_varlen.functional._count import Binned, Problem, batch_problems
 from torchmetrics_varlen.functional._ranking import as_output, auroc_from_sums, binned_auroc, partial_auroc
 from torchmetrics_varlen.functional._reduce import RankStatistic, SumsNeeded, reduce_problems
-from torchmetrics_varlen.functional._tasks import Split
+from torchmetrics_varlen.functional._tasks import Average, Normalization, RankingArgs, Split, Thresholds
 from torchmetrics_varlen.functional._weighted import (
     WeightedProblem,
     reduce_weighted,

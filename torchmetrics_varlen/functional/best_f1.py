@@ -7,12 +7,11 @@ import warnings
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import Normalization, RankingArgs
 from torchmetrics_varlen.functional import _sweep
 from torchmetrics_varlen.functional._count import Binned, Problem, batch_problems, problem_device
 from torchmetrics_varlen.functional._ranking import as_output, descending
 from torchmetrics_varlen.functional._sort import Counts, SortedKeys, materialize, size
-from torchmetrics_varlen.functional._tasks import Split
+from torchmetrics_varlen.functional._tasks import Normalization, RankingArgs, Split
 
 TASKS = ("binary", "multilabel")
 

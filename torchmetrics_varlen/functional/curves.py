@@ -8,7 +8,6 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import CURVE_AVERAGES, Normalization, RankingArgs, Thresholds
 from torchmetrics_varlen.functional import _sweep
 from torchmetrics_varlen.functional._count import Binned, Problem, batch_problems
 from torchmetrics_varlen.functional._ranking import (
@@ -22,7 +21,7 @@ from torchmetrics_varlen.functional._ranking import (
     safe_ratio,
 )
 from torchmetrics_varlen.functional._sort import Counts, materialize
-from torchmetrics_varlen.functional._tasks import Split
+from torchmetrics_varlen.functional._tasks import CURVE_AVERAGES, Normalization, RankingArgs, Split, Thresholds
 from torchmetrics_varlen.functional._weighted import weighted_batch_problems, weighted_rates
 
 Curve = tuple[Tensor, Tensor, Tensor] | tuple[list[Tensor], list[Tensor], list[Tensor]]

@@ -21,11 +21,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import Normalization, RankingArgs
 from torchmetrics_varlen.functional._count import Binned, Problem, batch_problems
 from torchmetrics_varlen.functional._ranking import RankSums, rank_sums
 from torchmetrics_varlen.functional._sort import Counts, materialize
-from torchmetrics_varlen.functional._tasks import Split, format_inputs
+from torchmetrics_varlen.functional._tasks import Normalization, RankingArgs, Split, format_inputs
 from torchmetrics_varlen.functional.auroc import _compute
 
 

@@ -7,16 +7,16 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._checks import (
+from torchmetrics_varlen.functional._ranking import as_output
+from torchmetrics_varlen.functional._tasks import (
     Normalization,
     Weighting,
+    format_inputs,
     validate_inputs,
     validate_ranking_args,
     validate_sample_ids,
     validate_weighting,
 )
-from torchmetrics_varlen.functional._ranking import as_output
-from torchmetrics_varlen.functional._tasks import format_inputs
 
 
 class GroupAUROC(NamedTuple):

@@ -36,9 +36,9 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
-from torchmetrics_varlen._checks import int_ends, ints_within
-from torchmetrics_varlen._dedup import SyncReport, report_from_counts, sampler_kept_rows
+from torchmetrics_varlen._core.dedup import SyncReport
 from torchmetrics_varlen._dist.group import group_position
+from torchmetrics_varlen.functional._tasks import int_ends, ints_within
 
 KEY = "varlen_ledger"  # the state_dict entry (with the host's persistent states): [world, rank, base, origin, *counts]
 _COUNTS = ("rows_seen", "padding_dropped", "rejected")
@@ -464,3 +464,44 @@ def load_rank_states(metric: Any, state_dicts: Sequence[dict[str, Any]]) -> None
                 merged[prefix + state] = _merge(values, reduction)
     metric.reset()
     metric.load_state_dict(merged, strict=False)
+
+
+def sampler_kept_rows(start: int, rows: int, rank: int, world: int, dataset_size: int) -> int:
+    """How many of ``rows`` consecutive samples, the first being this rank's ``start``-th, are not sampler padding.
+
+    Positions grow with the sample index, so the real samples are always a prefix of the batch.
+
+    Example:
+        >>> sampler_kept_rows(start=2, rows=2, rank=1, world=3, dataset_size=8)  # positions 7 and 10
+        1
+    """
+    # (start + i) * world + rank < dataset_size  <=>  start + i < ceil((dataset_size - rank) / world)
+    limit = -(-(dataset_size - rank) // world)
+    return max(0, min(rows, limit - start))
+
+
+def report_from_counts(
+    info: list[dict[str, int]], kept: int | None, dataset_size: int | None, *, partial: bool
+) -> SyncReport:
+    """The report of one evaluation from every rank's counters (``rows_seen``, ``padding_dropped``, ``rejected``).
+
+    ``kept`` is the number of distinct samples after id dedup (``None``: every received sample counts); ``partial``
+    means a rank-local view of a multi-rank evaluation, for which nothing can be said to be missing.
+
+    Example:
+        >>> report_from_counts([{"rows_seen": 4, "padding_dropped": 1, "rejected": 0}], None, 3, partial=False)
+        SyncReport(world_size=1, seen_per_rank=(4,), received=3, duplicates_dropped=1, kept=3, missing=0, rejected=0)
+    """
+    seen = tuple(i["rows_seen"] for i in info)
+    padding = sum(i["padding_dropped"] for i in info)
+    received = sum(seen) - padding
+    kept = received if kept is None else kept
+    return SyncReport(
+        world_size=len(info),
+        seen_per_rank=seen,
+        received=received,
+        duplicates_dropped=padding + received - kept,
+        kept=kept,
+        missing=None if dataset_size is None or partial else max(0, dataset_size - kept),
+        rejected=sum(i["rejected"] for i in info),
+    )

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from torchmetrics_varlen._core.seam import Payload
 from torchmetrics_varlen._dist.exchange import CheckedIn, Gathered, Layout, Mode, RankMeta, SyncRequest, sync_states
-from torchmetrics_varlen._guarded import Payload
 
 _ALIAS = "#alias"  # counter of every part: the index of the part whose rows it takes on this rank, -1 for its own
 

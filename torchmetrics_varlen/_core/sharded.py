@@ -14,11 +14,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._dedup import conflicting_id, copy_scores, dedup_by_id
+from torchmetrics_varlen._core.dedup import conflicting_id, copy_scores, dedup_by_id
+from torchmetrics_varlen._core.strategies import Compute, ComputeStrategy, Host
 from torchmetrics_varlen._dist.exchange import INFO_COMPACT, CheckedIn, Info, SyncRequest, check_in_states
 from torchmetrics_varlen._dist.group import comm_device
 from torchmetrics_varlen._dist.shard import Shard, route_rows_by_id, sample_sort
-from torchmetrics_varlen.classification._strategy import Compute, ComputeStrategy, Host
 from torchmetrics_varlen.functional._count import Pieces, split_rows
 from torchmetrics_varlen.functional._ranking import RankSums, combine, rank_sums
 from torchmetrics_varlen.functional._reduce import SumsNeeded, reduce_sums

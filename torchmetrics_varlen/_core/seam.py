@@ -5,7 +5,7 @@ A metric says what it sends (``_sync_payload``) and what it does with what comes
 :class:`GuardedMetric` does the rest:
 
 - ``_sync_dist`` (torchmetrics calls it from ``sync()``, in place of its per-state gathers) checks in and exchanges
-  the payload, or takes the result that a collection-level sync (``_joint.py``) already fetched for it;
+  the payload, or takes the result that a collection-level sync (``_core/joint.py``) already fetched for it;
 - metrics holding the very same state objects (the members of a ``MetricCollection`` compute group) each check in,
   but reuse one data exchange when every rank can (``SHARED_SYNCS``);
 - ``_wrap_compute`` puts the local states back when the computation fails after the sync (torchmetrics' sync context
@@ -27,8 +27,24 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from torchmetrics_varlen._dist.exchange import Gathered, Mode, SyncRequest, check_in_states, exchange_states
-from torchmetrics_varlen._dist.group import GroupLayout, distributed_available
+from torchmetrics_varlen._dist.group import GroupLayout, distributed_available, group_position
 from torchmetrics_varlen._dist.guard import identity_qualifier, new_identity
+
+# What the metric classes, ``Varlen`` and ``VarlenCollection`` use of the transport: through this seam only.
+__all__ = [
+    "SHARED_SYNCS",
+    "Gathered",
+    "GroupLayout",
+    "GuardedMetric",
+    "Mode",
+    "Payload",
+    "SyncRequest",
+    "distributed_available",
+    "forward_snapshot",
+    "group_position",
+    "new_identity",
+    "restore_forward",
+]
 
 _OWNED_KEY = "_varlen_owned_sum"  # see _held.owned_state
 
@@ -162,6 +178,7 @@ class _SharedSyncs:
 
     def __init__(self) -> None:
         self._entries: dict[tuple[Any, ...], tuple[list[Any], list[int], SharedSync]] = {}
+        self.clear = self._entries.clear  # forget every sync (any update or reset of a metric of the package)
 
     def find(self, key: tuple[Any, ...], objs: list[Any]) -> SharedSync | None:
         """The sync of exactly these state objects, if they have not changed since."""
@@ -179,10 +196,6 @@ class _SharedSyncs:
         """Remember a sync for the other metrics of the compute group."""
         shared = SharedSync(result.cat, result.summed, result.checked.ticket.prefix)
         self._entries[key] = (objs, [_fingerprint(o) for o in objs], shared)
-
-    def clear(self) -> None:
-        """Forget every sync (any update or reset of a metric of the package)."""
-        self._entries.clear()
 
 
 SHARED_SYNCS = _SharedSyncs()
@@ -244,7 +257,7 @@ class GuardedMetric(Metric):
 
     def _sync_alias_key(self) -> tuple[list[Any], str] | None:
         """The state objects this metric's payload is made of, and what else decides it: in a joint sync, a metric
-        with the same key on a rank sends nothing there and takes the other's rows (``_joint.py``).
+        with the same key on a rank sends nothing there and takes the other's rows (``_core/joint.py``).
         """
         return self._sync_share_key()
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._guarded import _OWNED_KEY
+from torchmetrics_varlen._core.seam import _OWNED_KEY
 from torchmetrics_varlen.functional._count import count_into
 
 HOLD = 1 << 15  # scores (elements) held at most before counting; a bigger batch is counted at once

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 from torchmetrics.utilities.data import dim_zero_cat
 
-from torchmetrics_varlen._dedup import conflicting_id, dedup_by_id
+from torchmetrics_varlen._core.dedup import conflicting_id, dedup_by_id
 from torchmetrics_varlen._dist.errors import MetricSyncError
 from torchmetrics_varlen._dist.exchange import CheckedIn
 

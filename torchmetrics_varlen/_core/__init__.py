@@ -1,0 +1,12 @@
+"""The metric side's private core: what every ``Varlen*`` metric, :class:`~torchmetrics_varlen.Varlen` and
+:class:`~torchmetrics_varlen.VarlenCollection` share (docs/pages/internals.md is the map).
+
+- ``seam.py``: the guarded sync seam (one guarded sync per ``compute()``, shared across a compute group);
+- ``ledger.py``: the sample ledger (sampler positions, the padding cut, rejected rows, the ``SyncReport``);
+- ``batch.py``: the batch transaction of the package's metrics (check, take, roll back);
+- ``strategies.py`` / ``sharded.py``: how a metric syncs and computes (the strategies and the sync seam they share);
+- ``wrapped.py``: what ``Varlen`` and ``VarlenCollection`` check of a wrapped metric and its batches;
+- ``dedup.py`` / ``states.py`` / ``joint.py`` / ``held.py``: the states' forms.
+
+No module here imports the public classes; the classes reach the transport (``_dist``) only through this package.
+"""

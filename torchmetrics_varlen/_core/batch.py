@@ -1,0 +1,389 @@
+"""What the metrics check and how they shape a batch before they take it over: pure helpers, no ``torch.distributed``.
+
+The first part serves the package's own metrics (``classification/_base.py``), the rest the wrapper ``Varlen``; the
+positions, padding cut, ids range and dedup mode are the ledger's (``_core/ledger.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from torchmetrics_varlen._core.held import hold, owned_state
+from torchmetrics_varlen._core.seam import SHARED_SYNCS
+from torchmetrics_varlen.functional._count import binned_confmat, count_into
+from torchmetrics_varlen.functional._hist import histogram
+from torchmetrics_varlen.functional._tasks import (
+    Split,
+    check_inputs,
+    check_sizes,
+    format_inputs,
+    sample_ids_fit,
+    validate_sample_ids,
+)
+from torchmetrics_varlen.functional._weighted import _split as weighted_columns
+from torchmetrics_varlen.functional._weighted import check_sample_weight
+
+
+def sample_shape(task: str, preds: Tensor, target: Tensor) -> torch.Size:
+    """Shape of the samples of one batch (what one id or one group label can be given for)."""
+    if task == "multiclass":
+        return target.shape
+    if task == "multilabel":
+        return target.shape[:1] + target.shape[2:]
+    return preds.shape
+
+
+def _per_element(values: Tensor, shape: torch.Size) -> tuple[Tensor, Tensor]:
+    """Expand per-row ``values`` over a sample shape: ``(flat values, position within the row)``."""
+    if values.shape == shape:
+        flat = values if values.ndim == 1 else values.reshape(-1)
+        return flat, zeros_view(flat.shape[0], flat.device)
+    width = math.prod(shape[1:])
+    flat = values.repeat_interleave(width)
+    sub = torch.arange(width, dtype=torch.int32, device=values.device).repeat(shape[0])
+    return flat, sub
+
+
+def expand_per_sample(
+    extras: dict[str, Tensor], sample_ids: Tensor | None, shape: torch.Size, device: torch.device
+) -> dict[str, Tensor]:
+    """Per-sample integer states (``ids`` with ``ids_sub``, extras such as groups), one value per element."""
+    if sample_ids is not None and not extras:  # the common case (int64 ids, one per sample), without the loop
+        ids = sample_ids
+        if ids.dtype != torch.int64 or ids.device != device:
+            ids = ids.to(device=device, dtype=torch.int64)
+        if ids.ndim == 1 and ids.shape == shape:
+            return {"ids": ids, "ids_sub": zeros_view(ids.shape[0], device)}
+        flat, sub = _per_element(ids, shape)
+        return {"ids": flat, "ids_sub": sub}
+    per_row = dict(extras)
+    if sample_ids is not None:
+        per_row["ids"] = sample_ids
+    expanded: dict[str, Tensor] = {}
+    for name, values in per_row.items():
+        values = values.long() if values.device == device else values.to(device=device, dtype=torch.int64)
+        flat, sub = _per_element(values, shape)
+        expanded[name] = flat
+        if name == "ids":
+            expanded["ids_sub"] = sub
+    return expanded
+
+
+def _mode_kept(metric: Any, name: str, given: bool) -> bool:
+    """Whether a batch that gives (``given``) or does not give the column ``name`` (``ids``: ``sample_ids``,
+    ``weight``: ``sample_weight``) surely keeps the epoch's mode, told without working the mode out; ``False``: ask
+    the ledger (:meth:`~torchmetrics_varlen._core.ledger.Ledger.check_mode`, which raises or not).
+
+    Exact mode, before a sync: the column's list state holds batches exactly when the epoch gives it. Summed modes:
+    ids never reach here (refused before); the sums are float64 exactly when the epoch is weighted.
+    """
+    if metric._summed is not None:
+        if name == "ids":
+            return not given
+        summed: Tensor = metric.__dict__[metric._summed]  # the dtype only: held 16-bit batches stay held
+        return (summed.dtype == torch.float64) == given
+    column = getattr(metric, name)
+    if type(column) is list and not metric._is_synced:
+        return bool(column) == given
+    return False
+
+
+def check_batch(
+    metric: Any,
+    preds: Tensor,
+    target: Tensor,
+    sample_ids: Tensor | None,
+    extras: dict[str, Tensor],
+    sample_weight: Tensor | None = None,
+) -> bool | None:
+    """Raise if a package metric cannot take this batch (bad input, ids out of range, a dedup or weight mode switch);
+    return whether every score lies in [0, 1] when the checks found out (``None``: not known).
+    """
+    m = metric
+    in_unit = None
+    if not m.validate_args and isinstance(preds, Tensor) and isinstance(target, Tensor):
+        check_sizes(preds, target, m.task)  # before anything is counted: the batch is refused whole
+    if m.validate_args:
+        in_unit = check_inputs(preds, target, m.task, m.num_classes, m.num_labels, m.ignore_index, m.normalization)
+        if sample_ids is not None or extras:
+            shape = sample_shape(m.task, preds, target)
+            size = m._ledger.dataset_size
+            if sample_ids is not None and not sample_ids_fit(sample_ids, shape, size):  # else: the full checks
+                need_high = size is not None  # the highest id is checked against it
+                m._ledger.check_ids(sample_ids, validate_sample_ids(sample_ids, shape, high=need_high))
+            for name, values in extras.items():
+                validate_sample_ids(values, shape, name=name, non_negative=False)
+    if sample_ids is not None and m._summed is not None:
+        msg = (
+            f"{type(m).__name__}: `sample_ids` need the exact mode (thresholds=None), because the binned"
+            " and 16-bit modes keep only counts. Use `dataset_size=` to drop DistributedSampler padding there."
+        )
+        raise ValueError(msg)
+    if not _mode_kept(m, "ids", sample_ids is not None):
+        m._ledger.check_mode(m._dedup_mode(), sample_ids is not None)
+    if sample_weight is not None:
+        if not m._takes_weights:
+            msg = f"{type(m).__name__} does not take `sample_weight`."
+            raise ValueError(msg)
+        check_sample_weight(sample_weight, preds, target, m.task)
+    if m._takes_weights and not _mode_kept(m, "weight", sample_weight is not None):
+        m._ledger.check_mode(
+            m._weight_mode(), sample_weight is not None, argument="sample_weight", tail=" The batch was not added."
+        )
+    return in_unit
+
+
+def _weighted_count(metric: Any, scores: Tensor, labels: Tensor, weight: Tensor) -> Tensor:
+    """The float64 summed state (binned confusion matrices / 16-bit histograms) of one weighted batch."""
+    m = metric
+    parts = []
+    for s, p, w in weighted_columns(Split(m.task, "none"), scores, labels, weight):
+        if m.mode.kind == "binned":
+            assert m.thresholds is not None
+            parts.append(binned_confmat(s, p, m.thresholds.to(s.device), weight=w))
+        else:  # the raw-pattern histogram (the state's layout), ordered at compute time
+            assert m.mode.dtype is not None
+            parts.append(histogram(s, p, m.mode.dtype, weight=w))
+    if m.task == "binary":
+        return parts[0]
+    return torch.stack(parts, dim=m.mode.class_dim)
+
+
+_CPU = torch.device("cpu")
+
+
+def _columns(
+    task: str, preds: Tensor, target: Tensor, ids: Tensor | None, extras: dict[str, Tensor]
+) -> dict[str, Tensor]:
+    """The per-sample integer columns of a batch (:func:`expand_per_sample`); the common batch (binary scores, int64
+    ids on the CPU, one per score) without its steps.
+    """
+    if ids is None and not extras:
+        return {}
+    if (
+        ids is not None
+        and not extras
+        and task == "binary"
+        and ids.dtype == torch.int64
+        and ids.is_cpu
+        and preds.is_cpu
+        and preds.ndim == 1
+        and ids.shape == preds.shape
+    ):
+        return {"ids": ids, "ids_sub": zeros_view(ids.shape[0], _CPU)}
+    return expand_per_sample(extras, ids, sample_shape(task, preds, target), preds.device)
+
+
+# A collection's members check a batch before any of them takes it (``VarlenCollection``: all or nothing across
+# members): ``CHECK_ONLY`` in a metric's ``__dict__`` makes its ``update`` only check, and ``CHECKED`` keeps what the
+# checks found for the ``update`` that follows with the very same argument objects, so the batch is validated once.
+CHECK_ONLY = "_varlen_check_only"
+CHECKED = "_varlen_checked"
+
+
+def _arguments(
+    preds: Tensor, target: Tensor, sample_ids: Tensor | None, extras: dict[str, Tensor], weight: Tensor | None
+) -> tuple[Any, ...]:
+    """A batch's argument objects, as :func:`check_only` records them and :func:`take_batch` compares them."""
+    return (preds, target, sample_ids, weight, *extras.values())
+
+
+def check_only(
+    metric: Any,
+    preds: Tensor,
+    target: Tensor,
+    sample_ids: Tensor | None,
+    extras: dict[str, Tensor],
+    sample_weight: Tensor | None,
+) -> None:
+    """:func:`check_batch` for a member of a collection before any member takes the batch; raises as the update
+    would (a refusal counts nowhere: the collection counts it), and keeps the result for :func:`take_batch`.
+    """
+    in_unit = check_batch(metric, preds, target, sample_ids, extras, sample_weight)
+    metric.__dict__[CHECKED] = (_arguments(preds, target, sample_ids, extras, sample_weight), in_unit)
+
+
+def take_batch(
+    metric: Any,
+    preds: Tensor,
+    target: Tensor,
+    sample_ids: Tensor | None,
+    extras: dict[str, Tensor],
+    start: int | None,
+    sample_weight: Tensor | None,
+) -> None:
+    """A package metric's ``update``: validate, drop sampler padding, format and append (or count); all or nothing.
+
+    Only the columns a batch uses are stored (``ids`` / ``ids_sub`` with ``sample_ids``, ``weight`` with
+    ``sample_weight``, extras such as groups); the counters are the ledger's host-side counts (``_ledger.Counter``).
+    """
+    m, ledger = metric, metric._ledger
+    try:
+        checked = m.__dict__.pop(CHECKED, None)  # used once: by the update right after the check
+        given = _arguments(preds, target, sample_ids, extras, sample_weight)
+        if checked is not None and len(checked[0]) == len(given) and all(map(operator.is_, checked[0], given)):
+            in_unit = checked[1]
+        else:
+            in_unit = check_batch(m, preds, target, sample_ids, extras, sample_weight)
+    except (ValueError, TypeError):
+        m._update_count -= 1  # the failed call must not count as an update either
+        start = ledger.position(m) if start is None else start
+        ledger.reject(m, start, (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0)
+        raise  # its rows still took their sampler positions (``sync_report.rejected`` counts them)
+    SHARED_SYNCS.clear()
+    rows = preds.shape[0] if preds.ndim else 1
+    keep = rows
+    if sample_ids is None and ledger.dataset_size is not None:  # the checks leave the counters as they were
+        keep = ledger.kept_rows(ledger.position(m) if start is None else start, rows, m.process_group)
+    if keep < rows:
+        preds, target = preds[:keep], target[:keep]
+        extras = {k: v[:keep] for k, v in extras.items()}
+        sample_weight = None if sample_weight is None else sample_weight[:keep]  # a padded row drops its weight
+        in_unit = in_unit or None  # a score outside [0, 1] may have been in a dropped row
+    expanded = _columns(m.task, preds, target, sample_ids, extras)
+    if sample_weight is not None:
+        expanded["weight"] = check_sample_weight(sample_weight, preds, target, m.task)
+    # Whether the scores lie in [0, 1], when the checks read it: the normalisation's own test would say the same.
+    scores, labels, kept = format_inputs(preds, target, m.task, m.ignore_index, m.normalization, in_unit)
+    if kept is not None and expanded:
+        expanded = {k: v[kept] for k, v in expanded.items()}
+    if m._summed is None:
+        append_rows(m, scores, labels, expanded)  # stored pieces merged as they arrive (_core/coalesce.py)
+    elif sample_weight is None and m._summed == "hist":
+        hold(m, scores, labels, target.dtype)  # 16-bit: small batches held, counted together (_core/held.py)
+    elif sample_weight is None:
+        count_into(m.mode, owned_state(m, m._summed), scores, labels, m.task, m.thresholds)
+    else:  # float64 sums of weights, added out of place (one addition order, whatever the batch sizes)
+        # float64 even when no row of the batch survived the padding cut: the dtype records that the epoch is
+        # weighted (stored_weight_mode), as the ranks were given it, not as the rows that stayed
+        counted = _weighted_count(m, scores, labels, expanded["weight"])
+        setattr(m, m._summed, getattr(m, m._summed).to(torch.float64) + counted)
+    ledger.taken(rows, keep, scores.shape[0])
+
+
+# ---------------------------------------------------------------- stored pieces, merged as they arrive
+# Stored batches merged as they arrive, so that a metric holds few pieces whatever the batch size.
+#
+# The exact mode appends one piece per batch to each row state (``preds``, ``target`` and the optional columns
+# appended in the same update: ``ids`` / ``ids_sub``, ``weight``, groups). Every stored piece costs a few tensor
+# operations at the sync and at ``compute()``, so 64-sample batches would make those cost a multiple of the same data
+# in one piece. Here, like a counter in base :data:`FAN_IN`: every :data:`FAN_IN` appended pieces, the last
+# :data:`FAN_IN` pieces of every row state are concatenated into one; every ``FAN_IN ** 2`` pieces, the last
+# :data:`FAN_IN` of those; and so on, as long as the merged scores hold at most :data:`MAX_ELEMENTS` elements (bigger
+# batches stay as they came). Each sample is copied a few times at most; the amortised cost per batch is a fraction of
+# one concatenation.
+#
+# Merging consecutive pieces of every row state at the same positions keeps their concatenation, and the rows aligned
+# between the states, exactly what it was: every value stays the same bit for bit (a mix of float widths is promoted
+# by the merge as the concatenation at compute time promotes it). The bookkeeping is one ``(count, length)`` pair in
+# the metric's ``__dict__`` (copied by pickling and ``deepcopy`` with the lists it describes); when a row state was
+# replaced behind its back (reset, load, sync) the count starts again and the pieces already there are left alone.
+# ``forward`` (torchmetrics rebuilds the lists there: the stored pieces plus the batch's) counts its batch once the
+# lists are rebuilt (``_VarlenMetric.forward``). The wrapped metric of ``Varlen`` keeps its lists as torchmetrics
+# makes them.
+
+FAN_IN = 64  # pieces merged at a time (torch.cat costs ~0.2 us per piece; its fixed cost is amortised over 64)
+MAX_ELEMENTS = 1 << 17  # scores a merged piece may hold: merging pays while pieces average under 2,048 scores
+_KEY = "_varlen_pieces"  # (pieces appended since the count started, length of the row states after the last one)
+_NONE = (0, -1)
+
+
+_ZEROS: dict[torch.device, Tensor] = {}  # per device: the shared int32 zeros the views below are made of
+_ZERO_VIEWS: dict[tuple[torch.device, int], Tensor] = {}  # the views handed out, by device and length
+
+
+def zeros_view(n: int, device: torch.device) -> Tensor:
+    """``n`` int32 zeros (the ``ids_sub`` of one-element samples): a view of one shared buffer per device, not an
+    allocation per batch (stored pieces are never modified in place); the view itself is made once per length.
+    Pieces that are all such views merge into one such view (:func:`_merge_tail`), without a copy.
+    """
+    view = _ZERO_VIEWS.get((device, n))
+    if view is not None:
+        return view
+    zeros = _ZEROS.get(device)
+    if zeros is None or zeros.numel() < n:
+        size = max(n, 4096, 2 * zeros.numel() if zeros is not None else 0)
+        zeros = _ZEROS[device] = torch.zeros(size, dtype=torch.int32, device=device)
+        _ZERO_VIEWS.clear()  # views of the old buffer are not handed out again (they no longer merge as views)
+    if len(_ZERO_VIEWS) >= 256:  # many batch sizes: start over rather than grow without bound
+        _ZERO_VIEWS.clear()
+    view = _ZERO_VIEWS[(device, n)] = zeros[:n]
+    return view
+
+
+def _zeros_merged(pieces: list[Tensor]) -> Tensor | None:
+    """The concatenation of ``pieces`` as a :func:`zeros_view` when every piece is a view of its device's current
+    shared zeros (then the concatenation is all zeros, int32, one dimension); ``None`` otherwise.
+    """
+    zeros = _ZEROS.get(pieces[0].device)
+    if zeros is None or any(p._base is not zeros for p in pieces):
+        return None
+    return zeros_view(sum(p.shape[0] for p in pieces), zeros.device)
+
+
+def _merged(pieces: list[Tensor]) -> Tensor:
+    """The concatenation of ``pieces`` (a shared zeros view when they all are one)."""
+    zeros = _zeros_merged(pieces)
+    return torch.cat(pieces) if zeros is None else zeros
+
+
+def append_rows(metric: Any, scores: Tensor, labels: Tensor, columns: dict[str, Tensor]) -> None:
+    """Append one batch's piece to ``preds``, ``target`` and the other row states in ``columns``, then merge (module
+    docstring). Inside ``forward`` the batch goes to the batch's own states: :func:`count_piece` runs after they are
+    merged back.
+    """
+    preds = metric.preds
+    preds.append(scores)
+    metric.target.append(labels)
+    for name, value in columns.items():
+        getattr(metric, name).append(value)
+    if not metric._in_forward:
+        count_piece(metric, ("preds", "target", *columns))
+
+
+def count_piece(metric: Any, names: tuple[str, ...]) -> None:
+    """Count the piece just appended to the row states ``names`` (the first one: ``preds``) and merge every
+    :data:`FAN_IN` pieces (after :func:`append_rows`, and for ``forward``'s batch once merged back into the states).
+    """
+    first = getattr(metric, names[0])
+    if not isinstance(first, list):
+        return
+    state = metric.__dict__
+    count, known = state.get(_KEY, _NONE)
+    length = len(first)
+    count = count + 1 if known == length - 1 else 1  # replaced states: count from this piece on
+    if count % FAN_IN == 0:
+        length = _merge(metric, names, count)
+    state[_KEY] = (count, length)
+
+
+def _merge(metric: Any, names: tuple[str, ...], count: int) -> int:
+    """Merge the tails of the row states ``names`` that hold pieces, level by level; the new number of pieces."""
+    lists = [s for n in names for s in (getattr(metric, n),) if isinstance(s, list) and s]
+    step = FAN_IN
+    while count % step == 0 and _merge_tail(lists):
+        step *= FAN_IN
+    return len(lists[0])
+
+
+def _merge_tail(lists: list[list[Tensor]]) -> bool:
+    """Concatenate the last :data:`FAN_IN` pieces of every list into one, in all of them or in none; ``False`` when
+    the lists are not aligned, the merged scores would be too big, or the pieces cannot be concatenated.
+    """
+    first = lists[0]
+    if len(first) < FAN_IN or any(len(s) != len(first) for s in lists):
+        return False
+    if sum(map(Tensor.numel, first[-FAN_IN:])) > MAX_ELEMENTS:
+        return False
+    try:
+        merged = [_merged(s[-FAN_IN:]) for s in lists]
+    except (RuntimeError, TypeError):  # not concatenable (shapes, devices): they stay as they are
+        return False
+    for s, piece in zip(lists, merged, strict=True):
+        s[-FAN_IN:] = [piece]
+    return True

@@ -1,0 +1,363 @@
+"""How a metric of the package syncs and computes: one strategy object, chosen once in the constructor.
+
+Architecture: a metric (``_base.py``) holds its states and validates batches; its strategy owns everything after
+``update``: the states it keeps (rows or one summed state), its payload (what this rank sends), its exchange (what
+moves at the sync) and its compute (what runs inside torchmetrics' compute wrapper, after the sync). The one seam is
+``_SyncedMetric`` (below), which hands each step to the strategy:
+
+- :class:`GatherToAll` (default): every rank receives every row and computes;
+- :class:`GatherToOne` (``compute_on_rank``): that rank receives the rows and computes, the others get the value;
+- :class:`~torchmetrics_varlen._core.sharded.Sharded` (``compute_sharded``): no row moves at the sync (a
+  check-in only); the computation itself is spread over the ranks;
+- :class:`Summed` (binned thresholds, 16-bit scores): one summed state, all-reduced; every rank computes.
+
+Strategies know the metric only through :class:`Host`, so this module imports no metric class.
+
+The package's own metrics' side of the sync: the one seam between torchmetrics' sync / compute wrappers and the
+metric's compute strategy (``_core/strategies.py``).
+
+``_SyncedMetric`` builds on :class:`~torchmetrics_varlen._core.seam.GuardedMetric` (the guarded exchange inside
+torchmetrics' sync and compute wrappers) and hands every step that differs between the ways to compute to its
+strategy object (``self._compute``, chosen once in the constructor): the payload, the data movement at the sync
+(``_exchange``) and the computation after it (``_strategy``, inside torchmetrics' own compute wrapper, its result
+cache included). What every strategy shares stays here: installing what the sync returns and the compute-group key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any, Protocol, cast
+
+import torch
+from torch import Tensor
+
+from torchmetrics_varlen._core.dedup import SyncReport, copy_scores, dedup_order
+from torchmetrics_varlen._core.ledger import Ledger, warning_compute
+from torchmetrics_varlen._core.seam import GuardedMetric, Payload
+from torchmetrics_varlen._dist.exchange import (
+    INFO_NUM_SAMPLES,
+    CheckedIn,
+    Gathered,
+    Info,
+    SyncRequest,
+    broadcast_value,
+)
+from torchmetrics_varlen._dist.exchange import (
+    Mode as ModeChoice,
+)
+from torchmetrics_varlen._dist.group import distributed_available as group_initialised
+from torchmetrics_varlen._dist.group import group_position
+from torchmetrics_varlen.functional._count import Mode, Problem, counted_problems, empty_state
+from torchmetrics_varlen.functional._reduce import RankStatistic
+from torchmetrics_varlen.functional._tasks import Split, validate_compute_on_rank
+from torchmetrics_varlen.functional._weighted import WeightedProblem, weighted_problems
+
+_DEDUP = ("none", "ids")
+_WEIGHTS = ("none", "weights")
+_ROW_STATES = ("preds", "target", "ids", "ids_sub")
+Compute = Callable[..., Any]
+
+
+class Host(Protocol):
+    """What a strategy uses of its metric (the package's ``_VarlenMetric``)."""
+
+    task: str
+    mode: Mode
+    thresholds: Tensor | None
+    num_samples: Tensor
+    sync_report: SyncReport | None
+    _split: Split
+    _width: int
+    _statistic: RankStatistic | None
+    _row_extras: tuple[str, ...]
+    _sync_identity: str
+    _checked: CheckedIn | None
+    _synced_info: list[Info] | None
+
+    def add_state(self, name: str, default: Any, dist_reduce_fx: Any = None) -> None: ...  # noqa: D102
+    def _pieces(self, name: str) -> list[Tensor]: ...
+    def _evaluated(self) -> dict[str, list[Tensor]]: ...
+    def _report(self, kept_samples: int | None, info: list[Info] | None = None) -> None: ...
+    def _local_info(self) -> Info: ...
+    def _dedup_mode(self) -> str | None: ...
+    def _weight_mode(self) -> str | None: ...
+    def _value_from_wire(self, value: Any) -> Any: ...
+
+
+class ComputeStrategy:
+    """One way to sync and compute; the subclasses say what differs (see the module docstring)."""
+
+    joins_collection_sync = True  # whether a collection-level sync may fetch the metric's states
+    dst: int | None = None  # the rank that receives the rows (None: every rank)
+
+    def add_states(self, host: Host, row_extras: tuple[str, ...], n_thresholds: int) -> None:
+        """Declare the metric's data states (the counters are the metric's own)."""
+        for name in (*_ROW_STATES, *row_extras):
+            host.add_state(name, default=[], dist_reduce_fx="cat")
+
+    def state_names(self, host: Host) -> tuple[str, ...]:
+        """The data states the payload carries (and a compute-group member's sync must hold)."""
+        return (*_ROW_STATES, *host._row_extras)
+
+    def info(self, host: Host) -> Info:
+        """This rank's counters for the metadata all-gather."""
+        return {**host._local_info(), INFO_NUM_SAMPLES: int(host.num_samples)}
+
+    def payload(self, host: Host) -> Payload:
+        """What this rank sends: its stored batches of every row state."""
+        cat = {name: host._pieces(name) for name in self.state_names(host)}
+        return Payload(cat=cat, device=cat["preds"][0].device, info=self.info(host), modes=modes(host), dst=self.dst)
+
+    def exchange(
+        self, host: Host, request: SyncRequest, guarded: Callable[[SyncRequest], Gathered | None]
+    ) -> Gathered | None:
+        """The data movement at the sync: by default the guarded exchange of the payload (``_core/seam.py``)."""
+        return guarded(request)
+
+    def compute(self, host: Host, checked: CheckedIn, compute: Compute, *args: Any, **kwargs: Any) -> Any:
+        """The computation after the sync (inside torchmetrics' compute wrapper): by default ``compute`` itself."""
+        return compute(*args, **kwargs)
+
+    def problems(self, host: Host, with_scores: bool) -> list[Problem]:
+        """Every binary problem of what every rank evaluated, ordered and counted in the metric's mode."""
+        rows = host._evaluated()
+        return counted_problems(host.mode, (rows["preds"], rows["target"]), host._split, None, with_scores)
+
+    def weighted_problems(self, host: Host) -> list[WeightedProblem]:
+        """Every binary problem with float64 sums of weights (the epoch is weighted)."""
+        rows = {name: torch.cat(pieces) for name, pieces in host._evaluated().items()}
+        return weighted_problems(host.mode, rows["preds"], rows["target"], rows["weight"], host._split, None)
+
+
+def modes(host: Host) -> dict[str, ModeChoice]:
+    """The settings every rank must agree on once decided: dedup by ids or not, weighted or not."""
+    return {"dedup": ModeChoice(host._dedup_mode(), _DEDUP), "weights": ModeChoice(host._weight_mode(), _WEIGHTS)}
+
+
+class GatherToAll(ComputeStrategy):
+    """Every rank receives every row and computes (the default)."""
+
+
+class GatherToOne(ComputeStrategy):
+    """Rank ``dst`` receives every row and computes; the value and the report travel to the others."""
+
+    joins_collection_sync = False
+
+    def __init__(self, dst: int) -> None:
+        self.dst = dst
+
+    def compute(self, host: Host, checked: CheckedIn, compute: Compute, *args: Any, **kwargs: Any) -> Any:
+        """Compute on rank ``dst`` and broadcast the value and the sync report (``_dist/value.py``)."""
+
+        def on_dst() -> tuple[Any, dict[str, Any]]:
+            value = compute(*args, **kwargs)
+            report = dataclasses.asdict(host.sync_report) if host.sync_report is not None else {}
+            return value, report
+
+        dst = int(self.dst or 0)
+        value, report = broadcast_value(checked.ticket, dst, on_dst, host.num_samples.device, key=host._sync_identity)
+        if report:
+            report["seen_per_rank"] = tuple(report["seen_per_rank"])
+            host.sync_report = SyncReport(**report)
+        return host._value_from_wire(value)
+
+
+class Summed(ComputeStrategy):
+    """One summed state (binned confusion matrices, 16-bit histograms), all-reduced; every rank computes.
+
+    ``compute_on_rank`` does not gather here (the state is small), but keeps the metric out of a collection's joint
+    sync as it does for the row strategies.
+    """
+
+    def __init__(self, state: str, joins_collection_sync: bool) -> None:
+        self.state = state
+        self.joins_collection_sync = joins_collection_sync
+
+    def add_states(self, host: Host, row_extras: tuple[str, ...], n_thresholds: int) -> None:
+        """Declare the summed state, its default the zeros of the mode's layout."""
+        default = empty_state(host.mode, host.task, host._width, n_thresholds)
+        host.add_state(self.state, default=default, dist_reduce_fx="sum")
+
+    def state_names(self, host: Host) -> tuple[str, ...]:
+        """No row states: the summed one."""
+        return (self.state,)
+
+    def payload(self, host: Host) -> Payload:
+        """The summed state as float64 (counts below 2**53 exactly), so that ranks with weighted float64 sums and
+        ranks that saw no batch yet (int64 zeros) agree on the dtype; unweighted counts come back as int64.
+        """
+        summed = {self.state: cast(Tensor, getattr(host, self.state)).double()}
+        device = summed[self.state].device
+        return Payload(cat={}, device=device, summed=summed, info=self.info(host), modes=modes(host))
+
+    def problems(self, host: Host, with_scores: bool) -> list[Problem]:
+        """The problems of the summed state (ordered and counted already)."""
+        host._report(None)
+        return counted_problems(host.mode, getattr(host, self.state), host._split, host.thresholds, with_scores)
+
+    def weighted_problems(self, host: Host) -> list[WeightedProblem]:
+        """The problems of the float64 summed state, with their scores."""
+        host._report(None)
+        return cast(list[WeightedProblem], self.problems(host, with_scores=True))
+
+
+_COUNTERS = ("num_samples", "rows_seen", "padding_dropped", "rejected")
+# The configuration that decides what a sync moves: metrics holding the same states and agreeing on these share one.
+_STATE_CONFIG = ("task", "num_classes", "num_labels", "thresholds", "ignore_index", "dataset_size", "compute_on_rank")
+
+
+class _SyncedMetric(GuardedMetric):
+    """Sync machinery of the package's metrics; see the module docstring."""
+
+    task: str
+    mode: Mode
+    thresholds: Tensor | None
+    num_samples: Tensor
+    compute_on_rank: int | None
+    compute_sharded: bool
+    sync_report: SyncReport | None
+    _split: Split
+    _width: int
+    _statistic: RankStatistic | None
+    _row_extras: tuple[str, ...]
+    _ledger: Ledger
+    _in_forward: bool
+    _compute: ComputeStrategy
+    _synced_info: list[Info] | None
+    _checked: CheckedIn | None
+
+    def _init_sync(self, sync_key: str | None) -> None:
+        super()._init_sync(sync_key)
+        self._checked = None
+        self._synced_info = None
+
+    # ------------------------------------------------------------------ hooks of the subclass
+
+    def _dedup_mode(self) -> str | None:
+        raise NotImplementedError
+
+    def _weight_mode(self) -> str | None:
+        raise NotImplementedError
+
+    def _value_from_wire(self, value: Any) -> Any:
+        """The computed value as the metric returns it, from the tensors, tuples and lists it travels as."""
+        return value
+
+    # ------------------------------------------------------------------ sync
+
+    def _sync_payload(self) -> Payload:
+        return self._compute.payload(self)
+
+    def _sync_receive(self, result: Gathered) -> None:
+        weighted = any(r.modes.get("weights") == "weights" for r in result.checked.ranks)
+        summed = {k: v if weighted else v.to(torch.int64) for k, v in result.summed.items()}
+        for key, value in {**result.cat, **summed}.items():
+            setattr(self, key, value)
+        for key in _COUNTERS:
+            setattr(self, key, self.num_samples.new_tensor(sum(i[key] for i in result.checked.info)))
+        self._checked = result.checked
+        self._synced_info = result.checked.info
+
+    def _sync_share_key(self) -> tuple[list[Any], str]:
+        names = self._compute.state_names(self)
+        state_config = {k: v for k, v in self._config.items() if k in _STATE_CONFIG}
+        return [getattr(self, n) for n in names], repr(sorted(state_config.items()))
+
+    def _joins_collection_sync(self) -> bool:
+        return self._compute.joins_collection_sync
+
+    def _exchange(self, request: SyncRequest) -> Gathered | None:
+        """The data movement of the compute strategy (``compute_on_rank`` was checked against the process group
+        before, in ``_VarlenMetric.sync``).
+        """
+        guarded = super()._exchange
+        return self._compute.exchange(self, request, guarded)
+
+    # ------------------------------------------------------------------ compute
+
+    def _strategy(self, compute: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(compute)
+        def strategy_compute(*args: Any, **kwargs: Any) -> Any:
+            checked = self._checked
+            if not self._is_synced or checked is None:
+                return compute(*args, **kwargs)
+            return self._compute.compute(self, checked, compute, *args, **kwargs)
+
+        return strategy_compute
+
+    def _after_compute(self) -> None:
+        self._checked = None
+
+    def _wrap_compute(self, compute: Callable[..., Any]) -> Callable[..., Any]:
+        """The guarded compute wrapper, inside the ledger's (report, warnings): ``_ledger.warning_compute``."""
+        return warning_compute(self, super()._wrap_compute(compute))
+
+    # ------------------------------------------------------------------ what the strategies compute from
+
+    def sync(
+        self,
+        dist_sync_fn: Any = None,
+        process_group: Any | None = None,
+        should_sync: bool = True,
+        distributed_available: Any = None,
+    ) -> None:
+        """Torchmetrics' ``sync`` (every ``compute()`` comes here), after checking ``compute_on_rank``."""
+        _, world = group_position(process_group or self.process_group)
+        validate_compute_on_rank(self.compute_on_rank, world, group_initialised(), type(self).__name__)
+        super().sync(dist_sync_fn, process_group, should_sync, distributed_available)
+
+    def _pieces(self, name: str) -> list[Tensor]:
+        """The stored batches of state ``name`` (one empty piece if none), for packing without a concatenation."""
+        state = getattr(self, name)
+        pieces = [state] if isinstance(state, Tensor) else list(state)
+        if not pieces and name == "weight":
+            return [torch.zeros(0, dtype=torch.float64, device=self.num_samples.device)]
+        return pieces or [empty_rows(name, self.task, self._width, self.num_samples.device)]
+
+    def _evaluated(self) -> dict[str, list[Tensor]]:
+        """The rows to evaluate, per state: the stored pieces, or in id mode the deduplicated rows ordered by id (one
+        piece); fills ``sync_report``.
+        """
+        weighted = self._weight_mode() == "weights"
+        names = ("preds", "target", *(n for n in self._row_extras if n != "weight" or weighted))
+        if self._dedup_mode() != "ids":
+            self._report(None)
+            return {name: self._pieces(name) for name in names}
+        rows = {name: torch.cat(self._pieces(name)) for name in (*names, "ids", "ids_sub")}
+        keep = dedup_order(rows["ids"], rows["ids_sub"], rows["target"], copy_scores(rows))
+        kept_ids = rows["ids"] if keep is None else rows["ids"][keep]  # None: every row, already in id order
+        self._report(int(kept_ids.numel() and 1 + torch.count_nonzero(kept_ids[1:] != kept_ids[:-1])))
+        return {name: [rows[name] if keep is None else rows[name][keep]] for name in names}
+
+    def _weighted_problems(self) -> list[WeightedProblem] | None:
+        """Every binary problem with float64 sums of weights if the epoch is weighted (``None`` otherwise)."""
+        return self._compute.weighted_problems(self) if self._weight_mode() == "weights" else None
+
+    def _problems(self, with_scores: bool) -> list[Problem]:
+        """Every binary problem of what every rank evaluated, ordered and counted in the metric's mode."""
+        return self._compute.problems(self, with_scores)
+
+    def _report(self, kept_samples: int | None, info: list[Info] | None = None) -> None:
+        """Fill ``sync_report``; ``info`` (every rank's counters) when the caller synced them itself."""
+        if self._in_forward:
+            return
+        synced = self._is_synced or info is not None
+        if info is None and self._is_synced and self._synced_info:
+            info = self._synced_info
+        self.sync_report = self._ledger.report(self, info, kept_samples, synced=synced)
+
+    def _local_info(self) -> Info:
+        return self._ledger.info(self)
+
+
+def empty_rows(name: str, task: str, width: int, device: torch.device) -> Tensor:
+    """A zero-row tensor of the stored form of a metric's row state ``name``."""
+    if name == "preds":
+        shape: tuple[int, ...] = (0,) if task == "binary" else (0, width)
+        return torch.zeros(shape, dtype=torch.float32, device=device)
+    if name == "target":
+        dtype = {"binary": torch.bool, "multiclass": torch.int64, "multilabel": torch.int8}[task]
+        return torch.zeros((0,) if task != "multilabel" else (0, width), dtype=dtype, device=device)
+    return torch.zeros(0, dtype=torch.int32 if name == "ids_sub" else torch.int64, device=device)
