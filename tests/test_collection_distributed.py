@@ -101,3 +101,40 @@ def test_ranks_with_different_compute_groups_still_agree(pool: DistPool) -> None
     for out in outcomes:
         assert out["auroc"] == pytest.approx(f32(roc_auc_score(target, p)), abs=1e-12)
         assert out["ap"] == pytest.approx(f32(average_precision_score(target, p)), abs=1e-12)
+
+
+def case_direct_updates(rank: int, world: int) -> list[Any]:
+    """Epoch 1: the member of a ``VarlenCollection(dataset_size=3)`` updated directly (its padding kept); epoch 2:
+    through the collection.
+    """
+    import torch
+
+    from torchmetrics_varlen import VarlenCollection
+
+    preds, target = torch.tensor([0.2, 0.9, 0.4]), torch.tensor([0, 1, 1])
+    mine = [[0, 2], [1, 0]][rank]  # DistributedSampler(range(3), 2, shuffle=False): rank 1's second row is padding
+    collection = VarlenCollection({"auroc": VarlenAUROC()}, dataset_size=3, sync_timeout=10)
+    collection["auroc"].update(preds[mine], target[mine])
+    out: list[Any] = []
+    try:
+        collection.compute()
+        out.append("no error")
+    except ValueError as err:
+        out.append(str(err))
+    collection.reset()
+    collection.update(preds[mine], target[mine])
+    out.append(float(collection.compute()["auroc"]))
+    return out
+
+
+@pytest.mark.distributed
+def test_members_updated_directly_bypass_no_padding_silently(pool: DistPool) -> None:
+    """A member updated directly kept the padding its collection's ``dataset_size`` should drop (found by a user
+    review: a MAP next to a classification metric, whose updates differ): every rank raises, and the next epoch,
+    through the collection, is exact.
+    """
+    expected = f32(roc_auc_score([0, 1, 1], [0.2, 0.9, 0.4]))
+    for error, value in pool.values(case_direct_updates, 2):
+        assert "to be updated through the collection" in error
+        assert "its own `dataset_size=`" in error
+        assert value == expected

@@ -272,8 +272,26 @@ class VarlenCollection(MetricCollection):
             for metric in members:
                 metric._pending_sync = None
         self._report()
+        self._refuse_direct_updates()
         self._ledger.warn(self.sync_report)
         return values
+
+    def _refuse_direct_updates(self) -> None:
+        """With ``dataset_size``, the collection drops the padding of the batches it is given; members that hold
+        samples when no rank gave it one were updated directly (``collection["map"].update(...)``), their padding kept
+        and counted: raise on every rank (each knows every rank's counts after the joint sync) instead of that value.
+        """
+        report = self.sync_report
+        if self.dataset_size is None or report is None or report.kept <= 0 or any(report.seen_per_rank):
+            return
+        msg = (
+            f"Expected the metrics of VarlenCollection(dataset_size={self.dataset_size}) to be updated through the"
+            f" collection, but no rank gave it a batch while its metrics hold {report.kept} samples: a metric updated"
+            " directly (collection[name].update(...)) keeps the DistributedSampler's padding. Call"
+            " collection.update(...), or, for metrics whose update() takes different arguments, give each its own"
+            " `dataset_size=` (the package's classes, or Varlen(metric, dataset_size=N)) and none to the collection."
+        )
+        raise ValueError(msg)
 
     def _report(self) -> None:
         """The collection's ``sync_report``: its own counters (every rank's, after a joint sync) and the distinct
