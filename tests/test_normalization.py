@@ -41,6 +41,21 @@ def test_sigmoid_bits_do_not_depend_on_the_position(dtype: torch.dtype) -> None:
     assert torch.equal(sigmoid(x.view(500, 100).t()).t().reshape(-1), whole)
 
 
+def test_the_scores_a_check_finds_unsure_are_recomputed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From 4,096 float32 scores on, torch's vectorised float64 sigmoid is kept only where an interval around it rounds
+    to one float32; the rest (about one in 10**6) come from the scalar formula. A wide interval makes most scores
+    unsure here: the result must still be the scalar formula's, also for a non-contiguous, 2-D input.
+    """
+    import torchmetrics_varlen.functional._normalize as normalize
+
+    x = torch.randn(300, 70, generator=torch.Generator().manual_seed(4)) * 5
+    expected = normalize._sigmoid64(x).float()
+    monkeypatch.setattr(normalize, "_SPREAD", 2.0**-22)
+    assert torch.equal(sigmoid(x), expected)
+    assert torch.equal(sigmoid(x.t()), expected.t())
+    assert torch.equal(sigmoid(x.t()[::2]), expected.t()[::2])
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_sigmoid_is_the_float64_sigmoid_rounded_once(dtype: torch.dtype) -> None:
     """The float32 (16-bit, float64) score of a logit is NumPy's float64 sigmoid rounded once to that dtype."""

@@ -55,15 +55,15 @@ def _sigmoid32(x: Tensor) -> Tensor:
     """
     if x.numel() < _VECTORISED_FROM:
         return _sigmoid64(x).float()
-    y = x.double().sigmoid_()
+    flat = x.reshape(-1)
+    y = flat.double().sigmoid_()
     out = y.float()
     low = (y * (1 - _SPREAD)).float()
     unsure = low.ne_(y.mul_(1 + _SPREAD).float())  # NaN too: its own scalar result is NaN
     if bool(unsure.any()):
         where = unsure.nonzero().squeeze(1)
-        flat = out.view(-1)
-        flat[where] = _sigmoid64(x.reshape(-1)[where]).float()
-    return out
+        out[where] = _sigmoid64(flat[where]).float()
+    return out.view(x.shape)
 
 
 def _table(dtype: torch.dtype, device: torch.device) -> Tensor:
