@@ -38,7 +38,7 @@ from torchmetrics_varlen._core.strategies import (
     _SyncedMetric,
 )
 from torchmetrics_varlen.functional._count import Mode, threshold_tensor
-from torchmetrics_varlen.functional._reduce import RankStatistic
+from torchmetrics_varlen.functional._ranking import RankStatistic
 from torchmetrics_varlen.functional._tasks import (
     SCALAR_AVERAGES,
     TASKS,

@@ -16,7 +16,7 @@ from torch import Tensor
 from torchmetrics_varlen._core.seam import group_position
 from torchmetrics_varlen.classification._base import _RankingMetric, _VarlenMetric
 from torchmetrics_varlen.functional._count import counted_problems
-from torchmetrics_varlen.functional._reduce import reduce_problems
+from torchmetrics_varlen.functional._ranking import reduce_problems
 from torchmetrics_varlen.functional._tasks import Normalization
 from torchmetrics_varlen.functional.bootstrap import _resampled
 from torchmetrics_varlen.functional.delong import AUROCComparison, AUROCInterval, _check_level, auroc_compare

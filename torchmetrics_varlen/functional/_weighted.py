@@ -35,11 +35,11 @@ from torchmetrics_varlen.functional._ranking import (
     _NO_POSITIVES_ROC,
     as_output,
     auroc_from_area,
+    average_over_classes,
     binned_auroc,
     binned_average_precision,
     descending,
 )
-from torchmetrics_varlen.functional._reduce import average_over_classes
 from torchmetrics_varlen.functional._sort import Counts, running_sum
 from torchmetrics_varlen.functional._tasks import RankingArgs, Split, format_inputs
 
