@@ -26,13 +26,14 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from torchmetrics_varlen._dist.exchange import Gathered, Mode, SyncRequest, check_in_states, exchange_states
+from torchmetrics_varlen._dist.exchange import CheckedIn, Gathered, Mode, SyncRequest, check_in_states, exchange_states
 from torchmetrics_varlen._dist.group import GroupLayout, distributed_available, group_position
 from torchmetrics_varlen._dist.guard import identity_qualifier, new_identity
 
 # What the metric classes, ``Varlen`` and ``VarlenCollection`` use of the transport: through this seam only.
 __all__ = [
     "SHARED_SYNCS",
+    "CheckedIn",
     "Gathered",
     "GroupLayout",
     "GuardedMetric",
