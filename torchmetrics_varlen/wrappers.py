@@ -16,7 +16,8 @@ from torchmetrics.utilities.data import dim_zero_cat
 from torchmetrics_varlen._compat import set_grad_mode
 from torchmetrics_varlen._core.dedup import SyncReport
 from torchmetrics_varlen._core.ledger import Ledger, host_counters, warning_compute
-from torchmetrics_varlen._core.seam import Gathered, GuardedMetric, Mode, Payload, forward_snapshot, restore_forward
+from torchmetrics_varlen._core.seam import Gathered, GuardedMetric, Mode, Payload
+from torchmetrics_varlen._core.snapshot import forward_snapshot, restore_forward
 from torchmetrics_varlen._core.states import (
     ROW,
     UNITS,
