@@ -8,6 +8,7 @@
 - ``batch.py``: the batch transaction of the package's metrics (check, take, roll back);
 - ``strategies.py`` / ``sharded.py``: how a metric syncs and computes (the strategies and what they share);
 - ``wrapped.py``: what ``Varlen`` and ``VarlenCollection`` check of a wrapped metric and its batches;
+- ``wrapped_batch.py``: the batch transaction of ``Varlen`` (check, cut, pass on, roll back);
 - ``dedup.py`` / ``states.py`` / ``joint.py`` / ``held.py``: the states' forms.
 
 No module here imports the public classes; the classes reach the transport (``_dist``) only through this package.
