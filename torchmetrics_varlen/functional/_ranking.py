@@ -473,11 +473,18 @@ def auroc_from_area(
 
 def average_precision_from_sums(sums: RankSums, device: torch.device, warn: bool = True) -> Tensor:
     """Exact average precision; no positives gives 0 with torchmetrics' warning."""
-    if sums.n_pos <= 0:
+    return ap_from_sum(sums.ap_sum, sums.n_pos, device, warn)
+
+
+def ap_from_sum(ap_sum: float, pos: float, device: torch.device, warn: bool = True, stacklevel: int = 4) -> Tensor:
+    """``ap_sum / pos`` as float64, ``pos`` the (weighted) number of positives; none gives 0 with torchmetrics'
+    warning (``stacklevel`` from here).
+    """
+    if pos <= 0:
         if warn:
-            warnings.warn(_NO_POSITIVES_PR, UserWarning, stacklevel=3)
+            warnings.warn(_NO_POSITIVES_PR, UserWarning, stacklevel=stacklevel)
         return torch.zeros((), dtype=torch.float64, device=device)
-    return torch.tensor(sums.ap_sum / sums.n_pos, dtype=torch.float64, device=device)
+    return torch.tensor(ap_sum / pos, dtype=torch.float64, device=device)
 
 
 def partial_auroc(problem: Problem, max_fpr: float) -> Tensor:
