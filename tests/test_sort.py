@@ -131,10 +131,8 @@ def test_any_nonzero_label_is_a_positive_in_the_keys(
     """Labels go into the keys as they are (no bool copy): a non-zero label of any dtype but uint8 (a stored 0 / 1
     form) is a positive, as ``.bool()`` makes it, on one thread and in parts on several.
     """
-    from torchmetrics_varlen.functional import _threads
-
     if parts:
-        monkeypatch.setattr(_threads, "PART_MIN", 500)
+        monkeypatch.setattr(_sort, "PART_MIN", 500)
         monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
     gen = torch.Generator().manual_seed(7)
     n = 5003
@@ -182,7 +180,6 @@ def test_nan_scores_rank_above_every_score_whatever_their_sign(
     bfloat16 its payload changes with the batch's length. Checked on one thread and in parts, batched and whole.
     """
     from torchmetrics_varlen import VarlenAUROC
-    from torchmetrics_varlen.functional import _threads
 
     gen = torch.Generator().manual_seed(11)
     n = 4001
@@ -196,7 +193,7 @@ def test_nan_scores_rank_above_every_score_whatever_their_sign(
     expected = f32(roc_auc_score(target, reference))
     for parts in (False, True):
         if parts:
-            monkeypatch.setattr(_threads, "PART_MIN", 500)
+            monkeypatch.setattr(_sort, "PART_MIN", 500)
             monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
         value = auroc(preds, target, validate_args=False, normalization=normalization)
         assert float(value) == pytest.approx(expected, abs=1e-6)

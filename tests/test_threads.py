@@ -12,7 +12,7 @@ import torch
 from _float32 import f32
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from torchmetrics_varlen.functional import _ranking, _sort, _threads, auroc, average_precision
+from torchmetrics_varlen.functional import _ranking, _sort, auroc, average_precision
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def _reference_sums(col: _sort.SortedKeys) -> tuple[int, float]:
 def test_parts_sort_and_sum_to_the_same_bits(
     kind: str, num_threads: int, threads: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_threads, "PART_MIN", 700)  # parts of a few thousand keys
+    monkeypatch.setattr(_sort, "PART_MIN", 700)  # parts of a few thousand keys
     monkeypatch.setattr(_ranking, "AREA_BLOCK", 97)  # runs of ties straddle blocks and parts
     monkeypatch.setattr(_ranking, "RUN_BATCH", 5)  # longer runs measured a few at a time
     monkeypatch.setattr(_sort, "CHUNK", 300)  # AP: many chunks per block, and chunks longer than a block
@@ -142,7 +142,7 @@ def test_split_points_never_split_a_score(parts: int) -> None:
 
 @pytest.mark.parametrize("num_threads", [1, 4])
 def test_threaded_values_match_sklearn(num_threads: int, threads: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_threads, "PART_MIN", 1000)
+    monkeypatch.setattr(_sort, "PART_MIN", 1000)
     torch.set_num_threads(num_threads)
     preds, target = _scores("rand", 50_000, seed=3)
     preds = (torch.round(preds * 300) / 300).float()
@@ -153,7 +153,7 @@ def test_threaded_values_match_sklearn(num_threads: int, threads: None, monkeypa
 
 
 def test_run_all_keeps_the_order_and_raises_a_workers_error() -> None:
-    assert _threads.run_all(lambda x: x * x, range(6)) == [0, 1, 4, 9, 16, 25]
+    assert _sort.run_all(lambda x: x * x, range(6)) == [0, 1, 4, 9, 16, 25]
 
     def fail(x: int) -> int:
         if x == 2:
@@ -162,7 +162,7 @@ def test_run_all_keeps_the_order_and_raises_a_workers_error() -> None:
         return x
 
     with pytest.raises(ValueError, match="part 2"):
-        _threads.run_all(fail, range(4))
+        _sort.run_all(fail, range(4))
 
 
 def _child_auroc(queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
@@ -177,10 +177,10 @@ def test_a_forked_child_makes_its_own_pool(threads: None, monkeypatch: pytest.Mo
     """The parent's pool threads do not exist in a forked child (a DataLoader worker, a fork-started rank): the child
     must not wait on them.
     """
-    monkeypatch.setattr(_threads, "PART_MIN", 500)
+    monkeypatch.setattr(_sort, "PART_MIN", 500)
     torch.set_num_threads(2)
     # the parent's pool now has idle threads (which a copied pool would count on in the child)
-    assert _threads.run_all(lambda x: time.sleep(0.05) or x + 1, range(8)) == list(range(1, 9))
+    assert _sort.run_all(lambda x: time.sleep(0.05) or x + 1, range(8)) == list(range(1, 9))
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     child = ctx.Process(target=_child_auroc, args=(queue,))

@@ -1,7 +1,7 @@
 """Exact distributed evaluation metrics for PyTorch: the same value on W ranks as on one device."""
 
+from torchmetrics_varlen._core.checkpoint import load_rank_states
 from torchmetrics_varlen._core.dedup import SyncReport
-from torchmetrics_varlen._core.ledger import load_rank_states
 from torchmetrics_varlen.classification import (
     BootstrapInterval,
     VarlenAUROC,

@@ -10,18 +10,17 @@ from torchmetrics.wrappers.abstract import WrapperMetric
 
 from torchmetrics_varlen._core.batch import CHECKED
 from torchmetrics_varlen._core.dedup import SyncReport
-from torchmetrics_varlen._core.joint import sync_together
-from torchmetrics_varlen._core.ledger import Ledger, share_states
+from torchmetrics_varlen._core.joint import share_states, sync_together
+from torchmetrics_varlen._core.ledger import Ledger
 from torchmetrics_varlen._core.seam import (
     GroupLayout,
     GuardedMetric,
     Payload,
     SyncRequest,
     distributed_available,
-    forward_snapshot,
     new_identity,
-    restore_forward,
 )
+from torchmetrics_varlen._core.snapshot import forward_snapshot, restore_forward
 from torchmetrics_varlen._core.wrapped import batch_rows, cut_batch, inner_config
 from torchmetrics_varlen.functional._tasks import validate_dedup_and_timeout
 from torchmetrics_varlen.wrappers import Varlen
@@ -212,7 +211,7 @@ class VarlenCollection(MetricCollection):
 
     def _compute_groups_create_state_ref(self, copy: bool = False) -> None:
         """Torchmetrics' (every member of a compute group takes the first member's states); per update without a
-        ``setattr`` per state: :func:`~torchmetrics_varlen._core.ledger.share_states`.
+        ``setattr`` per state: :func:`~torchmetrics_varlen._core.joint.share_states`.
         """
         if copy or self._state_is_copy or not self._in_update:
             super()._compute_groups_create_state_ref(copy)

@@ -3,9 +3,12 @@
 
 - ``seam.py``: the guarded sync seam (one guarded sync per ``compute()``, shared across a compute group);
 - ``ledger.py``: the sample ledger (sampler positions, the padding cut, rejected rows, the ``SyncReport``);
+- ``checkpoint.py``: resuming from every rank's saved states on any world size (``load_rank_states``);
+- ``snapshot.py``: one snapshot / restore of a metric's states around a batch that ``forward`` refuses;
 - ``batch.py``: the batch transaction of the package's metrics (check, take, roll back);
-- ``strategies.py`` / ``sharded.py``: how a metric syncs and computes (the strategies and the sync seam they share);
+- ``strategies.py`` / ``sharded.py``: how a metric syncs and computes (the strategies and what they share);
 - ``wrapped.py``: what ``Varlen`` and ``VarlenCollection`` check of a wrapped metric and its batches;
+- ``wrapped_batch.py``: the batch transaction of ``Varlen`` (check, cut, pass on, roll back);
 - ``dedup.py`` / ``states.py`` / ``joint.py`` / ``held.py``: the states' forms.
 
 No module here imports the public classes; the classes reach the transport (``_dist``) only through this package.

@@ -6,6 +6,8 @@ forms none), so which metrics share their states can differ from rank to rank. A
 rank, those of an earlier part (``aliases``) sends no rows here and says so in its counters; every rank then takes
 that rank's rows from the earlier part. On the wire every name is prefixed with its part's key and a dot
 (``"auroc.preds"``), so the errors of the check-in name the metric whose state or setting differs.
+
+Per update, the members of a compute group share the first member's states (:func:`share_states`), counters included.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torchmetrics import Metric
 
+from torchmetrics_varlen._core.ledger import Counter
 from torchmetrics_varlen._core.seam import Payload
 from torchmetrics_varlen._dist.exchange import CheckedIn, Gathered, Layout, Mode, RankMeta, SyncRequest, sync_states
 
@@ -104,3 +108,36 @@ def _device_of(view: Gathered) -> torch.device:
         first = pieces[0] if isinstance(pieces, list) else pieces
         return first.device
     return torch.device("cpu")
+
+
+_SHARED_COUNTERS: dict[tuple[type, type], frozenset[str]] = {}  # per pair of classes: their common Counter states
+
+
+def share_states(first: Metric, other: Metric) -> None:
+    """``other`` takes ``first``'s states, as a torchmetrics compute group shares them per update (``setattr(other,
+    name, getattr(first, name))`` for every state, then the update count), without a ``setattr`` per state and batch:
+    a state that is already ``first``'s object is not set again, and a :class:`Counter` state of both is shared as its
+    tensor and its pending count (reading it, on either metric, gives ``first``'s count; nothing is written into a new
+    tensor per batch).
+    """
+    key = (type(first), type(other))
+    counters = _SHARED_COUNTERS.get(key)
+    if counters is None:
+        names = [n for n in first._defaults if all(isinstance(getattr(c, n, None), Counter) for c in key)]
+        counters = _SHARED_COUNTERS[key] = frozenset(names)
+    first_state, other_state = first.__dict__, other.__dict__
+    for name in first._defaults:
+        if name not in counters:
+            value = getattr(first, name)
+            if getattr(other, name) is not value:
+                setattr(other, name, value)
+            continue
+        raw, pending = first_state[name], other_state["_ledger"].pending
+        if other_state.get(name) is not raw:
+            setattr(other, name, raw)  # its Counter forgets what other's ledger knew of the old tensor
+        count = first_state["_ledger"].pending.get(name, 0)
+        if count:
+            pending[name] = count
+        else:
+            pending.pop(name, None)
+    other._update_count = first._update_count

@@ -26,13 +26,15 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from torchmetrics_varlen._dist.exchange import Gathered, Mode, SyncRequest, check_in_states, exchange_states
+from torchmetrics_varlen._core.snapshot import forward_snapshot, restore_forward
+from torchmetrics_varlen._dist.exchange import CheckedIn, Gathered, Mode, SyncRequest, check_in_states, exchange_states
 from torchmetrics_varlen._dist.group import GroupLayout, distributed_available, group_position
 from torchmetrics_varlen._dist.guard import identity_qualifier, new_identity
 
 # What the metric classes, ``Varlen`` and ``VarlenCollection`` use of the transport: through this seam only.
 __all__ = [
     "SHARED_SYNCS",
+    "CheckedIn",
     "Gathered",
     "GroupLayout",
     "GuardedMetric",
@@ -40,92 +42,11 @@ __all__ = [
     "Payload",
     "SyncRequest",
     "distributed_available",
-    "forward_snapshot",
     "group_position",
     "new_identity",
-    "restore_forward",
 ]
 
 _OWNED_KEY = "_varlen_owned_sum"  # see _held.owned_state
-
-# What torchmetrics' ``forward`` changes before it updates: its ``reset()`` empties the list states in place and
-# assigns new tensor states, and it sets the switches below; it puts them back only when the update and the batch's
-# compute succeed. ``forward_snapshot`` / ``restore_forward`` put them back when ``forward`` raises (a refused batch),
-# so that the states are exactly as before the call, as after a refused ``update``.
-_FORWARD_SWITCHES = (
-    "_update_count",
-    "_forward_cache",
-    "_to_sync",
-    "_should_unsync",
-    "_enable_grad",
-    "_is_synced",
-    "compute_on_cpu",
-)
-
-
-@dataclass
-class ForwardSnapshot:
-    """The states of a metric before its ``forward`` (list states: the list and its items; tensors: the tensor) and
-    its switches.
-    """
-
-    lists: dict[str, tuple[list[Any], list[Any]]]
-    tensors: dict[str, Any]
-    switches: dict[str, Any]
-    own: list[int] | None = None  # a ledger that keeps its own counters (``Varlen``): its counts before the call
-
-
-def forward_snapshot(metric: Metric) -> ForwardSnapshot:
-    """What ``metric``'s ``forward`` replaces or empties (see above); reading each state first counts in what is
-    kept aside from it (host-side counters, held 16-bit batches). A metric whose ``forward`` first updates its own
-    states (torchmetrics' full-state path, which may add to its tensors in place) has them copied.
-    """
-    state = metric.__dict__
-    # the states the metric holds itself (``Varlen`` reads its wrapped metric's: that one is snapshot on its own)
-    values = {name: getattr(metric, name) for name in metric._defaults if name in state}
-    in_place = metric.full_state_update is not False or metric.dist_sync_on_step
-    return ForwardSnapshot(
-        lists={name: (value, list(value)) for name, value in values.items() if isinstance(value, list)},
-        tensors={
-            name: value.clone() if in_place and isinstance(value, Tensor) else value
-            for name, value in values.items()
-            if not isinstance(value, list)
-        },
-        switches={name: state[name] for name in _FORWARD_SWITCHES if name in state},
-        own=list(ledger.own) if (ledger := state.get("_ledger")) is not None and ledger.counters is None else None,
-    )
-
-
-def restore_forward(metric: Metric, snapshot: ForwardSnapshot, rows: int | None = None) -> None:
-    """Put back what :func:`forward_snapshot` saved (after a ``forward`` that raised): the same list objects with
-    their items (a compute group shares them), the same tensors, the switches; no cached value. The call's ``rows``
-    (``None``: what its ledger counted since the snapshot) count as rejected.
-    """
-    state = metric.__dict__
-    for name, (value, items) in snapshot.lists.items():
-        value[:] = items
-        state[name] = value
-    state.update(snapshot.tensors)
-    state.update(snapshot.switches)
-    state["_computed"] = None  # as after a refused update: the next compute() reports the refused rows too
-    ledger = state.get("_ledger")
-    if ledger is not None:
-        for name in snapshot.tensors:  # cached reads of the counters restored above
-            ledger.known.pop(name, None)
-        # Every row the call dealt (taken by the update, then lost with the batch's value, or refused) counts as
-        # rejected: the sampler positions move on as they did, and no row is reported that the states do not hold.
-        if ledger.counters is not None:
-            # The counters were read (so written) by the snapshot: what is pending came from this call (unless a
-            # batch sync inside it wrote them again: then ``rows`` says how many rows it dealt).
-            seen, padding, rejected = ledger.counters
-            dealt = ledger.pending.get(seen, 0) + ledger.pending.get(rejected, 0) if rows is None else rows
-            for name in (seen, padding, rejected, "num_samples"):
-                ledger.pending.pop(name, None)
-            ledger.bump(rejected, dealt)
-        elif snapshot.own is not None:
-            before, now = snapshot.own, ledger.own
-            dealt = now[0] - before[0] + now[2] - before[2] if rows is None else rows
-            ledger.own = [before[0], before[1], before[2] + dealt]
 
 
 @dataclass

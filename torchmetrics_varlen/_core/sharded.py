@@ -1,7 +1,7 @@
 """The sharded strategy (``compute_sharded=True``): every rank keeps one range of the scores and sums its part.
 
 Only scalar statistics that reduce to per-range :class:`~torchmetrics_varlen.functional._ranking.RankSums` (AUROC,
-average precision) compute this way; the metric reduces the global sums like any other (``_reduce.reduce_sums``).
+average precision) compute this way; the metric reduces the global sums like any other (``_ranking.reduce_sums``).
 The rows move in a sample sort (``_dist/shard.py``, transport only); the per-range math is this module's: the
 columns it sorts and moves (:class:`_KeyColumn`, :class:`_ScoreColumn`, :class:`_WeightedColumn`) and the sums over
 the range each rank receives.
@@ -20,8 +20,7 @@ from torchmetrics_varlen._dist.exchange import INFO_COMPACT, CheckedIn, Info, Sy
 from torchmetrics_varlen._dist.group import comm_device
 from torchmetrics_varlen._dist.shard import Shard, route_rows_by_id, sample_sort
 from torchmetrics_varlen.functional._count import Pieces, split_rows
-from torchmetrics_varlen.functional._ranking import RankSums, combine, rank_sums
-from torchmetrics_varlen.functional._reduce import SumsNeeded, reduce_sums
+from torchmetrics_varlen.functional._ranking import RankSums, SumsNeeded, combine, rank_sums, reduce_sums
 from torchmetrics_varlen.functional._sort import (
     Column,
     SortedKeys,

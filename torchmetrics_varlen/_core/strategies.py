@@ -2,8 +2,11 @@
 
 Architecture: a metric (``_base.py``) holds its states and validates batches; its strategy owns everything after
 ``update``: the states it keeps (rows or one summed state), its payload (what this rank sends), its exchange (what
-moves at the sync) and its compute (what runs inside torchmetrics' compute wrapper, after the sync). The one seam is
-``_SyncedMetric`` (below), which hands each step to the strategy:
+moves at the sync) and its compute (what runs inside torchmetrics' compute wrapper, after the sync). The metric's
+sync hooks (``_VarlenMetric`` in ``classification/_base.py``, on :class:`~torchmetrics_varlen._core.seam.GuardedMetric`)
+hand each step to the strategy (``self._compute``) or to the functions below, which hold what every strategy shares:
+installing what the sync returns (:func:`receive`), the compute-group key (:func:`share_key`), the compute after the
+sync (:func:`strategy_compute`), the rows to evaluate (:func:`evaluated`) and the report (:func:`report`).
 
 - :class:`GatherToAll` (default): every rank receives every row and computes;
 - :class:`GatherToOne` (``compute_on_rank``): that rank receives the rows and computes, the others get the value;
@@ -12,15 +15,6 @@ moves at the sync) and its compute (what runs inside torchmetrics' compute wrapp
 - :class:`Summed` (binned thresholds, 16-bit scores): one summed state, all-reduced; every rank computes.
 
 Strategies know the metric only through :class:`Host`, so this module imports no metric class.
-
-The package's own metrics' side of the sync: the one seam between torchmetrics' sync / compute wrappers and the
-metric's compute strategy (``_core/strategies.py``).
-
-``_SyncedMetric`` builds on :class:`~torchmetrics_varlen._core.seam.GuardedMetric` (the guarded exchange inside
-torchmetrics' sync and compute wrappers) and hands every step that differs between the ways to compute to its
-strategy object (``self._compute``, chosen once in the constructor): the payload, the data movement at the sync
-(``_exchange``) and the computation after it (``_strategy``, inside torchmetrics' own compute wrapper, its result
-cache included). What every strategy shares stays here: installing what the sync returns and the compute-group key.
 """
 
 from __future__ import annotations
@@ -34,8 +28,8 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._core.dedup import SyncReport, copy_scores, dedup_order
-from torchmetrics_varlen._core.ledger import Ledger, warning_compute
-from torchmetrics_varlen._core.seam import GuardedMetric, Payload
+from torchmetrics_varlen._core.ledger import Ledger
+from torchmetrics_varlen._core.seam import Payload
 from torchmetrics_varlen._dist.exchange import (
     INFO_NUM_SAMPLES,
     CheckedIn,
@@ -50,7 +44,7 @@ from torchmetrics_varlen._dist.exchange import (
 from torchmetrics_varlen._dist.group import distributed_available as group_initialised
 from torchmetrics_varlen._dist.group import group_position
 from torchmetrics_varlen.functional._count import Mode, Problem, counted_problems, empty_state
-from torchmetrics_varlen.functional._reduce import RankStatistic
+from torchmetrics_varlen.functional._ranking import RankStatistic
 from torchmetrics_varlen.functional._tasks import Split, validate_compute_on_rank
 from torchmetrics_varlen.functional._weighted import WeightedProblem, weighted_problems
 
@@ -75,6 +69,13 @@ class Host(Protocol):
     _sync_identity: str
     _checked: CheckedIn | None
     _synced_info: list[Info] | None
+    _compute: ComputeStrategy
+    _config: dict[str, Any]
+    _ledger: Ledger
+    _in_forward: bool
+    _is_synced: bool
+    compute_on_rank: int | None
+    process_group: Any
 
     def add_state(self, name: str, default: Any, dist_reduce_fx: Any = None) -> None: ...  # noqa: D102
     def _pieces(self, name: str) -> list[Tensor]: ...
@@ -208,148 +209,112 @@ _COUNTERS = ("num_samples", "rows_seen", "padding_dropped", "rejected")
 _STATE_CONFIG = ("task", "num_classes", "num_labels", "thresholds", "ignore_index", "dataset_size", "compute_on_rank")
 
 
-class _SyncedMetric(GuardedMetric):
-    """Sync machinery of the package's metrics; see the module docstring."""
+def receive(host: Host, result: Gathered) -> None:
+    """Install what the sync returns on the metric: the gathered rows or the summed state, every rank's counters
+    summed, and the check-in the compute reads.
+    """
+    weighted = any(r.modes.get("weights") == "weights" for r in result.checked.ranks)
+    summed = {k: v if weighted else v.to(torch.int64) for k, v in result.summed.items()}
+    for key, value in {**result.cat, **summed}.items():
+        setattr(host, key, value)
+    for key in _COUNTERS:
+        setattr(host, key, host.num_samples.new_tensor(sum(i[key] for i in result.checked.info)))
+    host._checked = result.checked
+    host._synced_info = result.checked.info
 
-    task: str
-    mode: Mode
-    thresholds: Tensor | None
-    num_samples: Tensor
-    compute_on_rank: int | None
-    compute_sharded: bool
-    sync_report: SyncReport | None
-    _split: Split
-    _width: int
-    _statistic: RankStatistic | None
-    _row_extras: tuple[str, ...]
-    _ledger: Ledger
-    _in_forward: bool
-    _compute: ComputeStrategy
-    _synced_info: list[Info] | None
-    _checked: CheckedIn | None
 
-    def _init_sync(self, sync_key: str | None) -> None:
-        super()._init_sync(sync_key)
-        self._checked = None
-        self._synced_info = None
+def share_key(host: Host) -> tuple[list[Any], str]:
+    """The compute-group key: the metric's data states and the configuration that decides what a sync moves."""
+    names = host._compute.state_names(host)
+    state_config = {k: v for k, v in host._config.items() if k in _STATE_CONFIG}
+    return [getattr(host, n) for n in names], repr(sorted(state_config.items()))
 
-    # ------------------------------------------------------------------ hooks of the subclass
 
-    def _dedup_mode(self) -> str | None:
-        raise NotImplementedError
+def strategy_compute(host: Host, compute: Compute) -> Compute:
+    """``compute`` as the metric's strategy runs it after a sync (inside torchmetrics' compute wrapper, its result
+    cache included); unsynced, ``compute`` itself.
+    """
 
-    def _weight_mode(self) -> str | None:
-        raise NotImplementedError
+    @functools.wraps(compute)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        checked = host._checked
+        if not host._is_synced or checked is None:
+            return compute(*args, **kwargs)
+        return host._compute.compute(host, checked, compute, *args, **kwargs)
 
-    def _value_from_wire(self, value: Any) -> Any:
-        """The computed value as the metric returns it, from the tensors, tuples and lists it travels as."""
-        return value
+    return run
 
-    # ------------------------------------------------------------------ sync
 
-    def _sync_payload(self) -> Payload:
-        return self._compute.payload(self)
+def check_compute_on_rank(host: Host, process_group: Any | None) -> None:
+    """``compute_on_rank`` against the process group of the sync (every ``compute()`` checks it)."""
+    _, world = group_position(process_group or host.process_group)
+    validate_compute_on_rank(host.compute_on_rank, world, group_initialised(), type(host).__name__)
 
-    def _sync_receive(self, result: Gathered) -> None:
-        weighted = any(r.modes.get("weights") == "weights" for r in result.checked.ranks)
-        summed = {k: v if weighted else v.to(torch.int64) for k, v in result.summed.items()}
-        for key, value in {**result.cat, **summed}.items():
-            setattr(self, key, value)
-        for key in _COUNTERS:
-            setattr(self, key, self.num_samples.new_tensor(sum(i[key] for i in result.checked.info)))
-        self._checked = result.checked
-        self._synced_info = result.checked.info
 
-    def _sync_share_key(self) -> tuple[list[Any], str]:
-        names = self._compute.state_names(self)
-        state_config = {k: v for k, v in self._config.items() if k in _STATE_CONFIG}
-        return [getattr(self, n) for n in names], repr(sorted(state_config.items()))
+def pieces(host: Host, name: str) -> list[Tensor]:
+    """The stored batches of state ``name`` (one empty piece if none), for packing without a concatenation."""
+    state = getattr(host, name)
+    found = [state] if isinstance(state, Tensor) else list(state)
+    if not found and name == "weight":
+        return [torch.zeros(0, dtype=torch.float64, device=host.num_samples.device)]
+    return found or [empty_rows(name, host.task, host._width, host.num_samples.device)]
 
-    def _joins_collection_sync(self) -> bool:
-        return self._compute.joins_collection_sync
 
-    def _exchange(self, request: SyncRequest) -> Gathered | None:
-        """The data movement of the compute strategy (``compute_on_rank`` was checked against the process group
-        before, in ``_VarlenMetric.sync``).
-        """
-        guarded = super()._exchange
-        return self._compute.exchange(self, request, guarded)
+def evaluated(host: Host) -> dict[str, list[Tensor]]:
+    """The rows to evaluate, per state: the stored pieces, or in id mode the deduplicated rows ordered by id (one
+    piece); fills ``sync_report``.
+    """
+    weighted = host._weight_mode() == "weights"
+    names = ("preds", "target", *(n for n in host._row_extras if n != "weight" or weighted))
+    if host._dedup_mode() != "ids":
+        host._report(None)
+        return {name: host._pieces(name) for name in names}
+    rows = {name: torch.cat(host._pieces(name)) for name in (*names, "ids", "ids_sub")}
+    keep = dedup_order(rows["ids"], rows["ids_sub"], rows["target"], copy_scores(rows))
+    kept_ids = rows["ids"] if keep is None else rows["ids"][keep]  # None: every row, already in id order
+    host._report(int(kept_ids.numel() and 1 + torch.count_nonzero(kept_ids[1:] != kept_ids[:-1])))
+    return {name: [rows[name] if keep is None else rows[name][keep]] for name in names}
 
-    # ------------------------------------------------------------------ compute
 
-    def _strategy(self, compute: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(compute)
-        def strategy_compute(*args: Any, **kwargs: Any) -> Any:
-            checked = self._checked
-            if not self._is_synced or checked is None:
-                return compute(*args, **kwargs)
-            return self._compute.compute(self, checked, compute, *args, **kwargs)
+def report(host: Host, kept_samples: int | None, info: list[Info] | None) -> None:
+    """Fill ``sync_report`` (not inside ``forward``); ``info`` (every rank's counters) when the caller synced them."""
+    if host._in_forward:
+        return
+    synced = host._is_synced or info is not None
+    if info is None and host._is_synced and host._synced_info:
+        info = host._synced_info
+    host.sync_report = host._ledger.report(host, info, kept_samples, synced=synced)
 
-        return strategy_compute
 
-    def _after_compute(self) -> None:
-        self._checked = None
+def _has_rows(state: list[Tensor] | Tensor, synced: bool) -> bool:
+    if isinstance(state, Tensor):
+        return state.numel() > 0
+    # Before a sync a stored batch counts even when it is empty; synced states are per-rank pieces.
+    return any(p.numel() for p in state) if synced else bool(state)
 
-    def _wrap_compute(self, compute: Callable[..., Any]) -> Callable[..., Any]:
-        """The guarded compute wrapper, inside the ledger's (report, warnings): ``_ledger.warning_compute``."""
-        return warning_compute(self, super()._wrap_compute(compute))
 
-    # ------------------------------------------------------------------ what the strategies compute from
+def stored_dedup_mode(metric: Any) -> str | None:
+    """A package metric's dedup mode: ``"ids"`` or ``"none"`` once its first batch decided it, ``None`` before."""
+    ledger: Ledger = metric._ledger
+    if metric._summed is not None:
+        return ledger.stored_mode(metric, "ids", False, bool(metric._update_count))
+    synced = metric._is_synced
+    return ledger.stored_mode(metric, "ids", _has_rows(metric.ids, synced), _has_rows(metric.preds, synced))
 
-    def sync(
-        self,
-        dist_sync_fn: Any = None,
-        process_group: Any | None = None,
-        should_sync: bool = True,
-        distributed_available: Any = None,
-    ) -> None:
-        """Torchmetrics' ``sync`` (every ``compute()`` comes here), after checking ``compute_on_rank``."""
-        _, world = group_position(process_group or self.process_group)
-        validate_compute_on_rank(self.compute_on_rank, world, group_initialised(), type(self).__name__)
-        super().sync(dist_sync_fn, process_group, should_sync, distributed_available)
 
-    def _pieces(self, name: str) -> list[Tensor]:
-        """The stored batches of state ``name`` (one empty piece if none), for packing without a concatenation."""
-        state = getattr(self, name)
-        pieces = [state] if isinstance(state, Tensor) else list(state)
-        if not pieces and name == "weight":
-            return [torch.zeros(0, dtype=torch.float64, device=self.num_samples.device)]
-        return pieces or [empty_rows(name, self.task, self._width, self.num_samples.device)]
-
-    def _evaluated(self) -> dict[str, list[Tensor]]:
-        """The rows to evaluate, per state: the stored pieces, or in id mode the deduplicated rows ordered by id (one
-        piece); fills ``sync_report``.
-        """
-        weighted = self._weight_mode() == "weights"
-        names = ("preds", "target", *(n for n in self._row_extras if n != "weight" or weighted))
-        if self._dedup_mode() != "ids":
-            self._report(None)
-            return {name: self._pieces(name) for name in names}
-        rows = {name: torch.cat(self._pieces(name)) for name in (*names, "ids", "ids_sub")}
-        keep = dedup_order(rows["ids"], rows["ids_sub"], rows["target"], copy_scores(rows))
-        kept_ids = rows["ids"] if keep is None else rows["ids"][keep]  # None: every row, already in id order
-        self._report(int(kept_ids.numel() and 1 + torch.count_nonzero(kept_ids[1:] != kept_ids[:-1])))
-        return {name: [rows[name] if keep is None else rows[name][keep]] for name in names}
-
-    def _weighted_problems(self) -> list[WeightedProblem] | None:
-        """Every binary problem with float64 sums of weights if the epoch is weighted (``None`` otherwise)."""
-        return self._compute.weighted_problems(self) if self._weight_mode() == "weights" else None
-
-    def _problems(self, with_scores: bool) -> list[Problem]:
-        """Every binary problem of what every rank evaluated, ordered and counted in the metric's mode."""
-        return self._compute.problems(self, with_scores)
-
-    def _report(self, kept_samples: int | None, info: list[Info] | None = None) -> None:
-        """Fill ``sync_report``; ``info`` (every rank's counters) when the caller synced them itself."""
-        if self._in_forward:
-            return
-        synced = self._is_synced or info is not None
-        if info is None and self._is_synced and self._synced_info:
-            info = self._synced_info
-        self.sync_report = self._ledger.report(self, info, kept_samples, synced=synced)
-
-    def _local_info(self) -> Info:
-        return self._ledger.info(self)
+def stored_weight_mode(metric: Any) -> str | None:
+    """``"weights"`` or ``"none"`` once the first batch decided it (with or without ``sample_weight``); ``None``
+    before any batch. Exact mode: whether the ``weight`` column holds batches; binned / 16-bit: the summed state's
+    dtype (float64 sums of weights, int64 counts).
+    """
+    ledger: Ledger = metric._ledger
+    if not metric._takes_weights:
+        return ledger.stored_mode(metric, "weights", False, bool(metric._update_count))
+    if metric._summed is not None:
+        # the dtype only, read from the instance: held 16-bit batches stay held
+        return ledger.stored_mode(metric, "weights", metric.__dict__[metric._summed].dtype == torch.float64)
+    synced = metric._is_synced
+    return ledger.stored_mode(metric, "weights", _has_rows(metric.weight, synced), _has_rows(metric.preds, synced))
 
 
 def empty_rows(name: str, task: str, width: int, device: torch.device) -> Tensor:

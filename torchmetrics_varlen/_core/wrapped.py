@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.metric import CompositionalMetric
@@ -16,7 +15,7 @@ from torchmetrics.wrappers.abstract import WrapperMetric
 
 from torchmetrics_varlen._core.seam import GuardedMetric
 from torchmetrics_varlen._core.states import EITHER, growth_unit, list_rows
-from torchmetrics_varlen.functional._tasks import validate_dedup_and_timeout
+from torchmetrics_varlen.functional._tasks import require_integers, validate_dedup_and_timeout
 
 # torchmetrics' own switches: they change how a metric syncs or where it keeps its states, not what it computes.
 _BASE_FLAGS = ("compute_on_cpu", "dist_sync_on_step", "sync_on_compute", "compute_with_cache", "training")
@@ -93,12 +92,7 @@ def cut_batch(
 
 def check_sample_ids(sample_ids: Any, rows: int, metric: Metric) -> Tensor:
     """``sample_ids`` as int64 after checking them, and that the metric's states can be de-duplicated by id."""
-    if not isinstance(sample_ids, Tensor):
-        msg = f"Expected `sample_ids` to be an integer tensor, but got {type(sample_ids).__name__}."
-        raise TypeError(msg)
-    if sample_ids.is_floating_point() or sample_ids.is_complex() or sample_ids.dtype == torch.bool:
-        msg = f"Expected `sample_ids` to be an integer tensor, one id per sample, but got dtype {sample_ids.dtype}."
-        raise ValueError(msg)
+    require_integers(sample_ids, "sample_ids", "one id per sample")
     ids: Tensor = sample_ids.reshape(1) if sample_ids.ndim == 0 and rows == 1 else sample_ids  # a 0-d sample's id
     if tuple(ids.shape) != (rows,):
         msg = f"Expected `sample_ids` to have shape ({rows},), one id per sample, but got {tuple(sample_ids.shape)}."

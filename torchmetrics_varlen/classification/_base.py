@@ -3,7 +3,8 @@
 A metric keeps one row per sample in list states (exact mode) or a summed state (binned, 16-bit): its ``Mode``.
 ``update`` validates, drops sampler padding (the ledger, ``_core/ledger.py``), formats and appends (or adds);
 ``compute`` runs after one guarded sync, through the strategy chosen in the constructor (``_core/strategies.py``,
-``_core/strategies.py``).
+``_core/sharded.py``): the sync hooks below hand every step to it or to the functions it shares there. A subclass
+whose ``update`` takes other inputs (groups, two score columns) overrides ``update`` and ``_weight_column``.
 
 The constructor keywords of the synchronisation (``dataset_size``, ``sync_timeout``, ``compute_on_rank``,
 ``compute_sharded``, ``sync_key``) are declared here only; the public classes pass them through ``**kwargs``.
@@ -12,6 +13,7 @@ No ``from __future__ import annotations`` here: ``torch.jit.script(metric)`` rea
 ``_VarlenMetric`` to type the module's attributes, and TorchScript cannot resolve annotations kept as strings.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -26,8 +28,8 @@ from torchmetrics_varlen._core.batch import (
 )
 from torchmetrics_varlen._core.dedup import SyncReport
 from torchmetrics_varlen._core.held import HeldHistogram, count_held, drop_held
-from torchmetrics_varlen._core.ledger import Ledger, host_counters
-from torchmetrics_varlen._core.seam import SHARED_SYNCS
+from torchmetrics_varlen._core.ledger import Ledger, host_counters, warning_compute
+from torchmetrics_varlen._core.seam import SHARED_SYNCS, CheckedIn, Gathered, GuardedMetric, Payload, SyncRequest
 from torchmetrics_varlen._core.sharded import Sharded
 from torchmetrics_varlen._core.strategies import (
     _COUNTERS,
@@ -35,10 +37,18 @@ from torchmetrics_varlen._core.strategies import (
     GatherToAll,
     GatherToOne,
     Summed,
-    _SyncedMetric,
+    check_compute_on_rank,
+    evaluated,
+    pieces,
+    receive,
+    report,
+    share_key,
+    stored_dedup_mode,
+    stored_weight_mode,
+    strategy_compute,
 )
-from torchmetrics_varlen.functional._count import Mode, threshold_tensor
-from torchmetrics_varlen.functional._reduce import RankStatistic
+from torchmetrics_varlen.functional._count import Mode, Problem, threshold_tensor
+from torchmetrics_varlen.functional._ranking import RankStatistic
 from torchmetrics_varlen.functional._tasks import (
     SCALAR_AVERAGES,
     TASKS,
@@ -48,11 +58,12 @@ from torchmetrics_varlen.functional._tasks import (
     Thresholds,
     validate_metric_args,
 )
+from torchmetrics_varlen.functional._weighted import WeightedProblem
 
 _PLAIN = frozenset(("_computed", "_update_count", "_forward_cache"))  # plain attributes torchmetrics sets per update
 
 
-class _VarlenMetric(_SyncedMetric):
+class _VarlenMetric(GuardedMetric):
     """Base of the package's metrics.
 
     A subclass sets what it accepts (``_tasks``, ``_averages``, ``_binned``; ``_statistic`` for scalar statistics
@@ -68,7 +79,7 @@ class _VarlenMetric(_SyncedMetric):
     _binned = True  # whether int / list / tensor thresholds (torchmetrics' binned mode) are accepted
     _statistic: RankStatistic | None = None
     _takes_weights = False  # whether ``update`` accepts ``sample_weight`` (a per-sample float64 column / float64 sums)
-    _weight_column = False  # whether the exact mode keeps the ``weight`` column (every ranking metric: compute groups)
+    _weight_column = True  # whether the exact mode keeps the ``weight`` column (every ranking metric: compute groups)
 
     # TorchScript types the attributes from these (resolvable objects; list states declared as torchmetrics does).
     preds: list[Tensor]
@@ -88,6 +99,8 @@ class _VarlenMetric(_SyncedMetric):
     num_labels: int | None
     ignore_index: int | None
     dataset_size: int | None
+    compute_on_rank: int | None
+    compute_sharded: bool
     validate_args: bool
 
     def __init__(
@@ -146,8 +159,101 @@ class _VarlenMetric(_SyncedMetric):
         self._ledger = Ledger(type(self).__name__, dataset_size, ("rows_seen", "padding_dropped", "rejected"))
         self._in_forward = False
         self._init_sync(sync_key)
+        self._checked: CheckedIn | None = None  # the sync's check-in, for the compute after it
+        self._synced_info: list[dict[str, int]] | None = None  # every rank's counters, from the last sync
 
     # ------------------------------------------------------------------ update
+
+    def update(
+        self,
+        preds: Tensor,
+        target: Tensor,
+        sample_ids: Tensor | None = None,
+        *,
+        sample_weight: Tensor | None = None,
+        _start: int | None = None,
+    ) -> None:
+        """Validate one batch and add it to the state; a batch that fails validation changes nothing.
+
+        Args:
+            preds: Scores (see the class docstring for the shape of each task), floating point.
+            target: Labels: integer, bool, or floating point holding whole numbers (``0.0`` / ``1.0``).
+            sample_ids: Optional global integer ids, one per sample (shape ``(N,)``) or one per element of the
+                sample shape. After the sync each id counts once.
+            sample_weight: Optional finite non-negative weights (AUROC, AP and the curves), one per sample: the
+                sample shape, or ``(N,)`` for multi-dimensional samples; scikit-learn's ``sample_weight``. Give
+                them with every batch of an epoch or with none. A dropped padded sample drops its weight; with
+                ``sample_ids`` the kept copy's weight counts.
+        """
+        self._update(preds, target, sample_ids, {}, _start, sample_weight)
+
+    def _value_from_wire(self, value: Any) -> Any:
+        """The computed value as the metric returns it, from the tensors, tuples and lists it travels as."""
+        return value
+
+    # ------------------------------------------------------------------ sync (``_core/strategies.py``)
+
+    def _sync_payload(self) -> Payload:
+        return self._compute.payload(self)
+
+    def _sync_receive(self, result: Gathered) -> None:
+        receive(self, result)
+
+    def _sync_share_key(self) -> tuple[list[Any], str]:
+        return share_key(self)
+
+    def _joins_collection_sync(self) -> bool:
+        return self._compute.joins_collection_sync
+
+    def _exchange(self, request: SyncRequest) -> Gathered | None:
+        """The data movement of the compute strategy (``compute_on_rank`` was checked in :meth:`sync`)."""
+        return self._compute.exchange(self, request, super()._exchange)
+
+    def _strategy(self, compute: Callable[..., Any]) -> Callable[..., Any]:
+        return strategy_compute(self, compute)
+
+    def _after_compute(self) -> None:
+        self._checked = None
+
+    def _wrap_compute(self, compute: Callable[..., Any]) -> Callable[..., Any]:
+        """The guarded compute wrapper, inside the ledger's (report, warnings): ``_ledger.warning_compute``."""
+        return warning_compute(self, super()._wrap_compute(compute))
+
+    def sync(
+        self,
+        dist_sync_fn: Any = None,
+        process_group: Any | None = None,
+        should_sync: bool = True,
+        distributed_available: Any = None,
+    ) -> None:
+        """Torchmetrics' ``sync`` (every ``compute()`` comes here), after checking ``compute_on_rank``."""
+        check_compute_on_rank(self, process_group)
+        super().sync(dist_sync_fn, process_group, should_sync, distributed_available)
+
+    # ------------------------------------------------------------------ what the strategies compute from
+
+    def _pieces(self, name: str) -> list[Tensor]:
+        return pieces(self, name)
+
+    def _evaluated(self) -> dict[str, list[Tensor]]:
+        return evaluated(self)
+
+    def _weighted_problems(self) -> list[WeightedProblem] | None:
+        """Every binary problem with float64 sums of weights if the epoch is weighted (``None`` otherwise)."""
+        return self._compute.weighted_problems(self) if self._weight_mode() == "weights" else None
+
+    def _problems(self, with_scores: bool) -> list[Problem]:
+        """Every binary problem of what every rank evaluated, ordered and counted in the metric's mode."""
+        return self._compute.problems(self, with_scores)
+
+    def _report(self, kept_samples: int | None, info: list[dict[str, int]] | None = None) -> None:
+        """Fill ``sync_report``; ``info`` (every rank's counters) when the caller synced them itself."""
+        report(self, kept_samples, info)
+
+    def _local_info(self) -> dict[str, int]:
+        return self._ledger.info(self)
+
+    # ------------------------------------------------------------------ batches
 
     @torch.jit.unused
     def __setattr__(self, name: str, value: Any) -> None:
@@ -258,35 +364,6 @@ def _rows_of(preds: Any) -> int:
     return (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
 
 
-class _RankingMetric(_VarlenMetric):
-    """``update(preds, target, sample_ids=None)`` for the ranking metrics (AUROC, AP, curves, best F1)."""
-
-    _weight_column = True  # the same row states in all of them, so that a MetricCollection groups them
-
-    def update(
-        self,
-        preds: Tensor,
-        target: Tensor,
-        sample_ids: Tensor | None = None,
-        *,
-        sample_weight: Tensor | None = None,
-        _start: int | None = None,
-    ) -> None:
-        """Validate one batch and add it to the state; a batch that fails validation changes nothing.
-
-        Args:
-            preds: Scores (see the class docstring for the shape of each task), floating point.
-            target: Labels: integer, bool, or floating point holding whole numbers (``0.0`` / ``1.0``).
-            sample_ids: Optional global integer ids, one per sample (shape ``(N,)``) or one per element of the
-                sample shape. After the sync each id counts once.
-            sample_weight: Optional finite non-negative weights (AUROC, AP and the curves), one per sample: the
-                sample shape, or ``(N,)`` for multi-dimensional samples; scikit-learn's ``sample_weight``. Give
-                them with every batch of an epoch or with none. A dropped padded sample drops its weight; with
-                ``sample_ids`` the kept copy's weight counts.
-        """
-        self._update(preds, target, sample_ids, {}, _start, sample_weight)
-
-
 host_counters(_VarlenMetric, _COUNTERS)  # per-batch counts stay host-side ints until the states are read
 _VarlenMetric.hist = HeldHistogram()  # type: ignore[assignment]  # 16-bit: small batches counted when it is read
 
@@ -298,34 +375,3 @@ def choose_strategy(mode: Mode, compute_on_rank: int | None, compute_sharded: bo
     if compute_sharded:
         return Sharded()
     return GatherToAll() if compute_on_rank is None else GatherToOne(compute_on_rank)
-
-
-def _has_rows(state: list[Tensor] | Tensor, synced: bool) -> bool:
-    if isinstance(state, Tensor):
-        return state.numel() > 0
-    # Before a sync a stored batch counts even when it is empty; synced states are per-rank pieces.
-    return any(p.numel() for p in state) if synced else bool(state)
-
-
-def stored_dedup_mode(metric: Any) -> str | None:
-    """A package metric's dedup mode: ``"ids"`` or ``"none"`` once its first batch decided it, ``None`` before."""
-    ledger: Ledger = metric._ledger
-    if metric._summed is not None:
-        return ledger.stored_mode(metric, "ids", False, bool(metric._update_count))
-    synced = metric._is_synced
-    return ledger.stored_mode(metric, "ids", _has_rows(metric.ids, synced), _has_rows(metric.preds, synced))
-
-
-def stored_weight_mode(metric: Any) -> str | None:
-    """``"weights"`` or ``"none"`` once the first batch decided it (with or without ``sample_weight``); ``None``
-    before any batch. Exact mode: whether the ``weight`` column holds batches; binned / 16-bit: the summed state's
-    dtype (float64 sums of weights, int64 counts).
-    """
-    ledger: Ledger = metric._ledger
-    if not metric._takes_weights:
-        return ledger.stored_mode(metric, "weights", False, bool(metric._update_count))
-    if metric._summed is not None:
-        # the dtype only, read from the instance: held 16-bit batches stay held
-        return ledger.stored_mode(metric, "weights", metric.__dict__[metric._summed].dtype == torch.float64)
-    synced = metric._is_synced
-    return ledger.stored_mode(metric, "weights", _has_rows(metric.weight, synced), _has_rows(metric.preds, synced))

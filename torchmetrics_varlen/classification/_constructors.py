@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchmetrics_varlen.classification._base import _RankingMetric
+from torchmetrics_varlen.classification._base import _VarlenMetric
 from torchmetrics_varlen.functional._tasks import Average, Normalization, Thresholds
 from torchmetrics_varlen.functional.curves import CurveAverage
 
 
-class _Multiclass(_RankingMetric):
+class _Multiclass(_VarlenMetric):
     """The multiclass constructor of the scalar statistics (torchmetrics' ``MulticlassAUROC`` arguments)."""
 
     def __init__(
@@ -40,7 +40,7 @@ class _Multiclass(_RankingMetric):
         )
 
 
-class _Multilabel(_RankingMetric):
+class _Multilabel(_VarlenMetric):
     """The multilabel constructor of the scalar statistics (torchmetrics' ``MultilabelAUROC`` arguments)."""
 
     def __init__(
@@ -66,7 +66,7 @@ class _Multilabel(_RankingMetric):
         )
 
 
-class _CurveBinary(_RankingMetric):
+class _CurveBinary(_VarlenMetric):
     """The binary constructor (torchmetrics' ``Binary*`` arguments, then ``task=`` for the other tasks)."""
 
     def __init__(
@@ -92,7 +92,7 @@ class _CurveBinary(_RankingMetric):
         )
 
 
-class _CurveMulticlass(_RankingMetric):
+class _CurveMulticlass(_VarlenMetric):
     """The multiclass constructor (torchmetrics' ``Multiclass*`` curve arguments)."""
 
     def __init__(
@@ -118,7 +118,7 @@ class _CurveMulticlass(_RankingMetric):
         )
 
 
-class _CurveMultilabel(_RankingMetric):
+class _CurveMultilabel(_VarlenMetric):
     """The multilabel constructor (torchmetrics' ``Multilabel*`` curve arguments)."""
 
     def __init__(

@@ -6,14 +6,14 @@ from typing import Any
 
 from torch import Tensor
 
-from torchmetrics_varlen.classification._base import _RankingMetric
+from torchmetrics_varlen.classification._base import _VarlenMetric
 from torchmetrics_varlen.classification._constructors import _Multiclass, _Multilabel
 from torchmetrics_varlen.classification._task_wrapper import new_for_task
 from torchmetrics_varlen.functional._tasks import Average, Normalization, Thresholds
 from torchmetrics_varlen.functional.auroc import AUROC, _compute, _compute_weighted
 
 
-class _AUROCMetric(_RankingMetric):
+class _AUROCMetric(_VarlenMetric):
     """The state and compute every AUROC class shares."""
 
     _statistic = AUROC

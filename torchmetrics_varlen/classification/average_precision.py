@@ -8,16 +8,16 @@ from typing import Any
 
 from torch import Tensor
 
-from torchmetrics_varlen.classification._base import _RankingMetric
+from torchmetrics_varlen.classification._base import _VarlenMetric
 from torchmetrics_varlen.classification._constructors import _Multiclass, _Multilabel
 from torchmetrics_varlen.classification._task_wrapper import new_for_task
-from torchmetrics_varlen.functional._reduce import reduce_problems
+from torchmetrics_varlen.functional._ranking import reduce_problems
 from torchmetrics_varlen.functional._tasks import Average, Normalization, Thresholds
 from torchmetrics_varlen.functional._weighted import reduce_weighted
 from torchmetrics_varlen.functional.average_precision import AVERAGE_PRECISION
 
 
-class _AveragePrecisionMetric(_RankingMetric):
+class _AveragePrecisionMetric(_VarlenMetric):
     """The state and compute every average-precision class shares."""
 
     _statistic = AVERAGE_PRECISION

@@ -7,12 +7,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen.classification._base import _RankingMetric
+from torchmetrics_varlen.classification._base import _VarlenMetric
 from torchmetrics_varlen.functional._tasks import Normalization
 from torchmetrics_varlen.functional.best_f1 import TASKS, _compute
 
 
-class VarlenBestF1(_RankingMetric):
+class VarlenBestF1(_VarlenMetric):
     r"""The maximum F1 over every threshold, and the threshold that attains it, exact across ranks.
 
     What people hand-roll from gathered predictions to pick a decision threshold on the validation set:

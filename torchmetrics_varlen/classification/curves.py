@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchmetrics_varlen.classification._base import _RankingMetric
+from torchmetrics_varlen.classification._base import _VarlenMetric
 from torchmetrics_varlen.classification._constructors import _CurveBinary, _CurveMulticlass, _CurveMultilabel
 from torchmetrics_varlen.classification._task_wrapper import new_for_task
 from torchmetrics_varlen.functional._tasks import CURVE_AVERAGES
 from torchmetrics_varlen.functional.curves import Curve, _compute
 
 
-class _CurveMetric(_RankingMetric):
+class _CurveMetric(_VarlenMetric):
     """The state, compute and plot every curve class shares."""
 
     _averages = CURVE_AVERAGES

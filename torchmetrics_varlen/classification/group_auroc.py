@@ -54,6 +54,8 @@ class VarlenGroupAUROC(_VarlenMetric):
         tensor(0.7500)
     """
 
+    _weight_column = False
+
     def __init__(
         self,
         weighting: Weighting = "samples",
@@ -76,7 +78,7 @@ class VarlenGroupAUROC(_VarlenMetric):
         self.weighting: Weighting = weighting
         self.return_per_group = return_per_group
 
-    def update(
+    def update(  # type: ignore[override]  # groups, no weights: not the ranking update
         self,
         preds: Tensor,
         target: Tensor,

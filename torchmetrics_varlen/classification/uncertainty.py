@@ -14,9 +14,9 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._core.seam import group_position
-from torchmetrics_varlen.classification._base import _RankingMetric, _VarlenMetric
+from torchmetrics_varlen.classification._base import _VarlenMetric
 from torchmetrics_varlen.functional._count import counted_problems
-from torchmetrics_varlen.functional._reduce import reduce_problems
+from torchmetrics_varlen.functional._ranking import reduce_problems
 from torchmetrics_varlen.functional._tasks import Normalization
 from torchmetrics_varlen.functional.bootstrap import _resampled
 from torchmetrics_varlen.functional.delong import AUROCComparison, AUROCInterval, _check_level, auroc_compare
@@ -42,6 +42,8 @@ class _DeLongMetric(_VarlenMetric):
     sharded compute (the variance needs every sample's midrank in one place).
     """
 
+    _weight_column = False
+
     def __init__(
         self,
         level: float = 0.95,
@@ -62,7 +64,7 @@ class _DeLongMetric(_VarlenMetric):
         )
 
 
-class VarlenAUROCInterval(_DeLongMetric, _RankingMetric):
+class VarlenAUROCInterval(_DeLongMetric):
     r"""Binary AUROC with DeLong's standard error and normal interval, exact across ranks.
 
     ``compute()`` returns :func:`~torchmetrics_varlen.functional.auroc_interval`'s
@@ -96,6 +98,7 @@ class VarlenAUROCInterval(_DeLongMetric, _RankingMetric):
 
     _tasks = ("binary",)
     _binned = False
+    _weight_column = True  # the ranking metrics' row states (a MetricCollection groups it with VarlenAUROC)
 
     def _value_from_wire(self, value: Any) -> Any:
         return AUROCInterval(*value)
@@ -144,7 +147,7 @@ class VarlenAUROCComparison(_DeLongMetric):
     _tasks = ("binary",)
     _binned = False
 
-    def update(
+    def update(  # type: ignore[override]  # two score columns, no weights: not the ranking update
         self, preds: Tensor, target: Tensor, sample_ids: Tensor | None = None, *, _start: int | None = None
     ) -> None:
         """Validate one batch of paired scores and add it to the state; a batch that fails changes nothing.
@@ -276,6 +279,7 @@ class VarlenBootstrap(_VarlenMetric):
 
     _tasks = ("binary",)
     _binned = False
+    _weight_column = False
 
     def __init__(self, metric: Any, num_bootstraps: int = 1000, level: float = 0.95, seed: int = 0) -> None:
         statistic = _supported(metric)
@@ -310,7 +314,7 @@ class VarlenBootstrap(_VarlenMetric):
         self.level = level
         self.seed = seed
 
-    def update(
+    def update(  # type: ignore[override]  # no weights (the resamples are the weights)
         self, preds: Tensor, target: Tensor, sample_ids: Tensor | None = None, *, _start: int | None = None
     ) -> None:
         """Validate one batch and add it to the state; a batch that fails validation changes nothing.

@@ -6,12 +6,18 @@ The exact path turns scores into integer counts per distinct threshold (one sort
 then into float64. Because the counts are integers, the result depends on the multiset of ``(score, target)``
 pairs only, never on their order: any split of the data over ranks, batches or shuffles gives the same bits. The
 public values are returned in torchmetrics' dtype, float32 (:func:`as_output`), rounded once at the very end.
+
+The last step of the functional path: validate (``_checks``), format (``_tasks``), order and count (``_count``),
+reduce (:func:`reduce_problems`: a scalar statistic of every binary problem, averaged over classes). The sharded
+compute reduces its distributed sums here too (:func:`reduce_sums`).
 """
 
 from __future__ import annotations
 
 import itertools
 import warnings
+from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 import torch
@@ -26,10 +32,12 @@ from torchmetrics_varlen.functional._sort import (
     chunks,
     local_counts,
     materialize,
+    parts_for,
+    run_all,
     size,
     split_points,
 )
-from torchmetrics_varlen.functional._threads import parts_for, run_all
+from torchmetrics_varlen.functional._tasks import Average, Split
 
 _NO_POSITIVES_ROC = (
     "No positive samples in targets, true positive value should be meaningless."
@@ -254,7 +262,7 @@ def _tie_products(k: Any, found: list[Any]) -> int:
 
 def _twice_area_of_keys_cpu(keys: Tensor, pos_before: int, all_before: int) -> int:
     """:func:`_twice_area_of_keys` of all the sorted keys of a problem at once, on CPU (NumPy): the same integer,
-    in fewer and cheaper passes, over parts of the keys on worker threads (:mod:`._threads`; integers: the same
+    in fewer and cheaper passes, over parts of the keys on worker threads (:func:`._sort.run_all`; integers: the same
     for any split).
 
     The positions of the positives are summed as dot products (:func:`_position_sums`, then Python ints: exact).
@@ -465,11 +473,18 @@ def auroc_from_area(
 
 def average_precision_from_sums(sums: RankSums, device: torch.device, warn: bool = True) -> Tensor:
     """Exact average precision; no positives gives 0 with torchmetrics' warning."""
-    if sums.n_pos <= 0:
+    return ap_from_sum(sums.ap_sum, sums.n_pos, device, warn)
+
+
+def ap_from_sum(ap_sum: float, pos: float, device: torch.device, warn: bool = True, stacklevel: int = 4) -> Tensor:
+    """``ap_sum / pos`` as float64, ``pos`` the (weighted) number of positives; none gives 0 with torchmetrics'
+    warning (``stacklevel`` from here).
+    """
+    if pos <= 0:
         if warn:
-            warnings.warn(_NO_POSITIVES_PR, UserWarning, stacklevel=3)
+            warnings.warn(_NO_POSITIVES_PR, UserWarning, stacklevel=stacklevel)
         return torch.zeros((), dtype=torch.float64, device=device)
-    return torch.tensor(sums.ap_sum / sums.n_pos, dtype=torch.float64, device=device)
+    return torch.tensor(ap_sum / pos, dtype=torch.float64, device=device)
 
 
 def partial_auroc(problem: Problem, max_fpr: float) -> Tensor:
@@ -555,3 +570,91 @@ def binned_average_precision(confmat: Tensor) -> Tensor:
     precision = torch.cat([safe_ratio(tps, tps + fps, 0.0), tps.new_ones(1).double()])
     recall = torch.cat([safe_ratio(tps, tps + fns, 0.0), tps.new_zeros(1).double()])
     return -torch.sum((recall[1:] - recall[:-1]) * precision[:-1])
+
+
+class SumsNeeded(NamedTuple):
+    """The parts of :class:`RankSums` a statistic is computed from (the others are not computed)."""
+
+    area: bool
+    ap: bool
+
+
+class RankStatistic(NamedTuple):
+    """A scalar statistic of binary problems (AUROC, average precision) in every mode.
+
+    Attributes:
+        name: For messages (``"AUROC"``).
+        needs: The rank sums it is computed from (exact and 16-bit modes, sharded compute).
+        from_sums: Its exact float64 value from the sums; ``warn`` gives torchmetrics' one-class warnings.
+        from_binned: Its float64 value from one binned problem ``(confmat (T, 2, 2), thresholds)``.
+        defined: Whether it is defined for ``(positives, negatives)``; undefined classes leave the averages.
+    """
+
+    name: str
+    needs: SumsNeeded
+    from_sums: Callable[[RankSums, torch.device, bool], Tensor]
+    from_binned: Callable[[Tensor, Tensor], Tensor]
+    defined: Callable[[int, int], bool]
+
+
+def average_over_classes(values: Tensor, support: Tensor, average: Average, what: str) -> Tensor:
+    """Average per-class values; classes whose value is undefined (NaN) are left out, with a warning."""
+    if average in (None, "none"):
+        return values
+    defined = ~torch.isnan(values)
+    if not bool(defined.all()):
+        missing = torch.nonzero(~defined).flatten().tolist()
+        warnings.warn(
+            f"{what} is undefined for column(s) {missing} (no positive or no negative samples); they are left out of"
+            f" the {average} average.",
+            UserWarning,
+            stacklevel=4,
+        )
+    if not bool(defined.any()):
+        return torch.tensor(float("nan"), dtype=torch.float64, device=values.device)
+    if average == "weighted":
+        weights = support[defined].double()
+        return (values[defined] * weights).sum() / weights.sum()
+    return values[defined].mean()
+
+
+def _reduce(
+    values: list[Callable[[bool], Tensor]],
+    sizes: list[tuple[int, int]],
+    split: Split,
+    statistic: RankStatistic,
+    device: torch.device,
+) -> Tensor:
+    """One problem: its value (with its warnings); one per class: NaN where undefined, reduced by ``average``."""
+    if not split.per_class:
+        return as_output(values[0](True))
+    pairs = zip(values, sizes, strict=True)
+    per_class = [float(v(False)) if statistic.defined(p, a - p) else float("nan") for v, (p, a) in pairs]
+    support = torch.tensor([p for p, _ in sizes], device=device)
+    per = torch.tensor(per_class, dtype=torch.float64, device=device)
+    return as_output(average_over_classes(per, support, split.average, statistic.name))
+
+
+def reduce_sums(sums: list[RankSums], split: Split, statistic: RankStatistic, device: torch.device) -> Tensor:
+    """The statistic of every problem from its :class:`RankSums`, reduced by ``split.average`` (float32)."""
+    values: list[Callable[[bool], Tensor]] = [partial(statistic.from_sums, s, device) for s in sums]
+    return _reduce(values, [(s.n_pos, s.n_all) for s in sums], split, statistic, device)
+
+
+def _binned_value(statistic: RankStatistic, problem: Binned, _warn: bool) -> Tensor:
+    return statistic.from_binned(problem.confmat, problem.thresholds)
+
+
+def reduce_problems(problems: list[Problem], split: Split, statistic: RankStatistic) -> Tensor:
+    """The statistic of every counted problem (exact, 16-bit or binned), reduced by ``split.average`` (float32), on
+    the problems' device.
+    """
+    device = problem_device(problems[0])
+    binned = [p for p in problems if isinstance(p, Binned)]
+    if not binned:
+        exact = [p for p in problems if not isinstance(p, Binned)]
+        sums = [rank_sums(p, area=statistic.needs.area, ap=statistic.needs.ap) for p in exact]
+        return reduce_sums(sums, split, statistic, device)
+    values: list[Callable[[bool], Tensor]] = [partial(_binned_value, statistic, b) for b in binned]
+    sizes = [(int(b.confmat[0, 1].sum()), int(b.confmat[0].sum())) for b in binned]
+    return _reduce(values, sizes, split, statistic, device)

@@ -6,7 +6,7 @@ permutation, no gather of the labels, and the thresholds are decoded back from t
 (probabilities, the common case) have their sign bit and top exponent bit clear, so their keys fit in the float's
 own width ("compact" keys: int32 for float32, int16 for 16-bit floats); other scores take twice the width. On CPU the
 keys are built and sorted in place by NumPy (a vectorised quicksort: no index tensor, no scratch copy), in parts on
-worker threads when torch has several (:mod:`._threads`); on other devices by ``torch.sort``. float64 scores
+worker threads when torch has several (:func:`run_all`); on other devices by ``torch.sort``. float64 scores
 (63 + 1 bits do not fit) take a float sort and a gather.
 
 Scalar statistics (AUROC, AP) then stream over the sorted keys in chunks that never split a run of equal scores
@@ -16,14 +16,16 @@ Scalar statistics (AUROC, AP) then stream over the sorted keys in chunks that ne
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 from torch import Tensor
 
 from torchmetrics_varlen.functional._tasks import within
-from torchmetrics_varlen.functional._threads import parts_for, run_all
 
 _KEYS = {
     torch.float32: (torch.int32, torch.int64, 1 << 31),
@@ -44,6 +46,66 @@ CHUNK = 1 << 16
 # Samples per step of the compact encoding (no temporary: the keys are written in place), and of the AUROC pass over
 # sorted keys on CPU (two buffers of this many samples): big enough to amortise each step's fixed cost.
 ENCODE_CHUNK = 1 << 20
+
+# Worker threads for the CPU passes over sorted keys (NumPy releases the GIL in its sorts and array loops): split at
+# key boundaries (:func:`split_points`), each part is sorted and summed on its own thread, as many parts as torch's
+# intra-op thread count allows (``torch.set_num_threads``). The results are integers or come back to the calling
+# thread in a fixed order, so they are the same bits for any number of threads.
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# Keys per part below which splitting costs more than it saves (thread hand-off, the partition pass).
+PART_MIN = 1 << 19
+# At most this many parts (the sort is memory bound; more threads than this gain little).
+MAX_PARTS = 8
+
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: the parent's pool threads do not exist there (a copied pool would count its idle threads and
+    wait on them forever), and the lock may have been held by a parent thread at the fork.
+    """
+    global _lock, _pool
+    _lock, _pool = threading.Lock(), None
+
+
+if hasattr(os, "register_at_fork"):  # no fork on Windows
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def parts_for(n: int) -> int:
+    """How many parts to split ``n`` keys into: a power of two, at most torch's thread count and
+    :data:`MAX_PARTS`, each part at least :data:`PART_MIN` keys (1: no threads).
+    """
+    limit = min(torch.get_num_threads(), MAX_PARTS)
+    parts = 1
+    while parts * 2 <= limit and n // (parts * 2) >= PART_MIN:
+        parts *= 2
+    return parts
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The package's pool (threads start on demand, at most :data:`MAX_PARTS`; how many run at once is how many
+    items a call submits). A forked child makes its own (:func:`_forget_after_fork`).
+    """
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(MAX_PARTS, thread_name_prefix="torchmetrics_varlen")
+        return _pool
+
+
+def run_all(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    """``[fn(item) for item in items]``, the items on worker threads when there are several (``fn`` must not call
+    :func:`run_all` itself); the first exception is raised here.
+    """
+    todo = list(items)
+    if len(todo) <= 1:
+        return [fn(item) for item in todo]
+    return list(_executor().map(fn, todo))
 
 
 class Counts(NamedTuple):
@@ -168,7 +230,7 @@ def fits_compact(preds: Tensor | Sequence[Tensor]) -> bool:
 def _encode_cpu(out: Tensor, bits: Tensor, label: Tensor, compact: bool, nan_below: int | None = None) -> int:
     """Keys of one block into ``out`` with NumPy (bool or 0 / 1 ``uint8`` labels or-ed in as they are, any other
     dtype's non-zero values made positives chunk by chunk: no converted copy of the labels), in parts on worker
-    threads when the block is big (:mod:`._threads`): no torch operation per chunk, so no OpenMP team to wake (and
+    threads when the block is big (:func:`run_all`): no torch operation per chunk, so no OpenMP team to wake (and
     wait for, on a loaded host) a few hundred times. Returns how many labels are positive (counted in the same parts).
 
     Compact keys are ``bits << 1 | label``: the shift drops the sign bit (so -0.0 lands on +0.0's key) and makes room
@@ -318,7 +380,7 @@ def sort_keys_(keys: Tensor, runs: bool = False) -> Tensor:
 
     ``runs=True`` when the keys are a few sorted runs end to end (a merge, NumPy's stable sort, is then faster).
     Otherwise, with several torch threads and enough keys, the keys are partitioned around medians (every key of a
-    part <= every key of the next) and the parts sorted at once on worker threads (:mod:`._threads`): the same
+    part <= every key of the next) and the parts sorted at once on worker threads (:func:`run_all`): the same
     sorted keys.
     """
     if keys.device.type != "cpu":

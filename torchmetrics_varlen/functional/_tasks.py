@@ -498,6 +498,18 @@ def check_inputs(
     return None
 
 
+def require_integers(values: Any, name: str, per: str) -> None:
+    """Raise unless ``values`` (the argument ``name``: ids, groups) is an integer tensor; ``per`` says how many the
+    message expects (``"one id per sample"``).
+    """
+    if not isinstance(values, Tensor):
+        msg = f"Expected `{name}` to be an integer tensor, but got {type(values).__name__}."
+        raise TypeError(msg)
+    if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
+        msg = f"Expected `{name}` to be an integer tensor, {per}, but got dtype {values.dtype}."
+        raise ValueError(msg)
+
+
 def validate_sample_ids(
     sample_ids: Tensor, shape: torch.Size, *, name: str = "sample_ids", non_negative: bool = True, high: bool = True
 ) -> tuple[int, int] | None:
@@ -506,12 +518,7 @@ def validate_sample_ids(
     With ``non_negative``, returns the lowest and highest value (one ``aminmax``; without ``high``, one ``min`` and
     the highest reported as the lowest), ``None`` if there are none.
     """
-    if not isinstance(sample_ids, Tensor):
-        msg = f"Expected `{name}` to be an integer tensor, but got {type(sample_ids).__name__}."
-        raise TypeError(msg)
-    if sample_ids.is_floating_point() or sample_ids.is_complex() or sample_ids.dtype == torch.bool:
-        msg = f"Expected `{name}` to be an integer tensor, one value per sample, but got dtype {sample_ids.dtype}."
-        raise ValueError(msg)
+    require_integers(sample_ids, name, "one value per sample")
     if sample_ids.shape != shape:
         rows = shape[0] if len(shape) else 1
         if tuple(sample_ids.shape) != (rows,):

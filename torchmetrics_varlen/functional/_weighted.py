@@ -31,15 +31,15 @@ from torchmetrics_varlen.functional._count import Binned, Mode, binned_confmat, 
 from torchmetrics_varlen.functional._hist import counts_from_histogram, histogram
 from torchmetrics_varlen.functional._ranking import (
     _NO_NEGATIVES_ROC,
-    _NO_POSITIVES_PR,
     _NO_POSITIVES_ROC,
+    ap_from_sum,
     as_output,
     auroc_from_area,
+    average_over_classes,
     binned_auroc,
     binned_average_precision,
     descending,
 )
-from torchmetrics_varlen.functional._reduce import average_over_classes
 from torchmetrics_varlen.functional._sort import Counts, running_sum
 from torchmetrics_varlen.functional._tasks import RankingArgs, Split, format_inputs
 
@@ -230,11 +230,7 @@ def weighted_auroc_from_sums(sums: WeightedRankSums, device: torch.device, warn:
 
 def weighted_average_precision_from_sums(sums: WeightedRankSums, device: torch.device, warn: bool = True) -> Tensor:
     """Weighted average precision (float64); no positive weight gives 0 with torchmetrics' warning."""
-    if sums.w_pos <= 0:
-        if warn:
-            warnings.warn(_NO_POSITIVES_PR, UserWarning, stacklevel=3)
-        return torch.zeros((), dtype=torch.float64, device=device)
-    return torch.tensor(sums.ap_sum / sums.w_pos, dtype=torch.float64, device=device)
+    return ap_from_sum(sums.ap_sum, sums.w_pos, device, warn)
 
 
 def weighted_rates(fps: Tensor, tps: Tensor, warn: bool = True) -> tuple[Tensor, Tensor]:

@@ -5,8 +5,15 @@ from __future__ import annotations
 from torch import Tensor
 
 from torchmetrics_varlen.functional._count import Binned, Problem, batch_problems
-from torchmetrics_varlen.functional._ranking import as_output, auroc_from_sums, binned_auroc, partial_auroc
-from torchmetrics_varlen.functional._reduce import RankStatistic, SumsNeeded, reduce_problems
+from torchmetrics_varlen.functional._ranking import (
+    RankStatistic,
+    SumsNeeded,
+    as_output,
+    auroc_from_sums,
+    binned_auroc,
+    partial_auroc,
+    reduce_problems,
+)
 from torchmetrics_varlen.functional._tasks import Average, Normalization, RankingArgs, Split, Thresholds
 from torchmetrics_varlen.functional._weighted import (
     WeightedProblem,

@@ -5,8 +5,13 @@ from __future__ import annotations
 from torch import Tensor
 
 from torchmetrics_varlen.functional._count import batch_problems
-from torchmetrics_varlen.functional._ranking import average_precision_from_sums, binned_average_precision
-from torchmetrics_varlen.functional._reduce import RankStatistic, SumsNeeded, reduce_problems
+from torchmetrics_varlen.functional._ranking import (
+    RankStatistic,
+    SumsNeeded,
+    average_precision_from_sums,
+    binned_average_precision,
+    reduce_problems,
+)
 from torchmetrics_varlen.functional._tasks import Average, Normalization, RankingArgs, Split, Thresholds
 from torchmetrics_varlen.functional._weighted import reduce_weighted, weighted_batch_problems
 

@@ -1,0 +1,276 @@
+"""The batch transaction of :class:`~torchmetrics_varlen.Varlen`: check, cut and pass one batch to the wrapped
+metric, all or nothing (:func:`take_wrapped_batch`), with what every batch reuses from the first one
+(:class:`UpdatePlan`: the wrapped metric's update run with torchmetrics' bookkeeping, the growth check of its list
+states). What a batch is checked against is ``_core/wrapped.py``'s; the package's own metrics take theirs in
+``_core/batch.py``.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+
+from torchmetrics_varlen._compat import set_grad_mode
+from torchmetrics_varlen._core.ledger import Ledger
+from torchmetrics_varlen._core.snapshot import forward_snapshot, restore_forward
+from torchmetrics_varlen._core.states import ROW, stored_unit
+from torchmetrics_varlen._core.wrapped import (
+    batch_rows,
+    check_grown,
+    check_growth,
+    check_sample_ids,
+    cut_batch,
+    drop_empty,
+    list_states,
+    reductions_by_id,
+)
+
+PLAN_KEY = "_varlen_plan"  # the wrapper's UpdatePlan of its metric, in its __dict__ (not pickled: made again)
+UNITS_KEY = "_varlen_units"  # with ids: what each list state of the metric holds per sample (``_states.ROW`` ...)
+_WRAPPER_CODE = Metric._wrap_update(None, print).__code__  # type: ignore[arg-type]  # torchmetrics' update wrapper
+
+
+def device_error(metric: Metric, err: RuntimeError) -> None:
+    """Raise torchmetrics' message for inputs on another device than the metric (its update wrapper's), if ``err``
+    is that case.
+    """
+    if "Expected all tensors to be on" in str(err):
+        name = type(metric).__name__
+        msg = (
+            "Encountered different devices in metric calculation (see stacktrace for details). This could be due to"
+            f" the metric class not being on the same device as input. Instead of `metric={name}(...)` try to do"
+            f" `metric={name}(...).to(device)` where device corresponds to the device of the input."
+        )
+        raise RuntimeError(msg) from err
+
+
+def run_update(metric: Metric, update: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """The body of torchmetrics' update wrapper (``Metric._wrap_update``) after its two counters: ``update`` under the
+    metric's grad mode (set, and put back, only when it differs: what torchmetrics' ``set_grad_enabled`` context
+    does), its message for tensors on different devices, and the move of the list states to the CPU.
+    """
+    enable = metric._enable_grad
+    previous = torch.is_grad_enabled()
+    try:
+        if previous != enable:
+            set_grad_mode(enable)
+        update(*args, **kwargs)
+    except RuntimeError as err:
+        device_error(metric, err)
+        raise
+    finally:
+        if torch.is_grad_enabled() != previous:
+            set_grad_mode(previous)
+    if metric.compute_on_cpu:
+        metric._move_list_states_to_cpu()
+
+
+def keep_units(
+    plan: UpdatePlan, inner: Metric, before: list[int], rows: int, grown: dict[str, str], units: dict[str, str]
+) -> None:
+    """After an update with ids: record what each list state holds per sample (``grown``, into ``units``), and drop
+    the empty elements the batch added to states of one row per sample (all of them, for a batch of no samples).
+    """
+    lengths = dict(zip(plan.names, before, strict=True))
+    for name, value in list_states(inner).items():
+        if not rows or grown.get(name) == ROW:
+            drop_empty(value, max(lengths.get(name, 0), 0))
+    units.update(grown)
+
+
+class UpdatePlan:
+    """What every batch of the wrapper reuses from the first one, as long as the wrapped metric keeps the same states
+    and the same ``update`` attribute (a copy re-wraps it; a metric may add states in its first update).
+
+    - ``names``: its states (the lengths of its list states are all the rollback and the growth check need);
+    - ``custom``: its states reduced otherwise than by concatenation (``sample_ids`` need none);
+    - ``method``: the class's ``update`` when the attribute is torchmetrics' own update wrapper of it, on a metric that
+      sets its attributes as torchmetrics does (``None`` otherwise). Then the wrapper runs that method itself with
+      that wrapper's bookkeeping, once, instead of through two nested torchmetrics wrappers.
+    """
+
+    __slots__ = ("custom", "method", "names", "rows_units", "states", "wrapper")
+
+    def __init__(self, inner: Metric) -> None:
+        self.names = tuple(inner._defaults)
+        self.rows_units = dict.fromkeys(self.names, ROW)  # ids: every state holds one row per sample
+        get = operator.attrgetter(*self.names) if self.names else lambda _: ()
+        self.states: Callable[[Metric], tuple[Any, ...]] = get if len(self.names) != 1 else lambda m: (get(m),)
+        self.wrapper = inner.__dict__.get("update")
+        self.custom = reductions_by_id(inner)
+        bound = getattr(self.wrapper, "__wrapped__", None)
+        cls = type(inner)
+        plain = cls._wrap_update is Metric._wrap_update and cls.__setattr__ is Metric.__setattr__
+        own = getattr(self.wrapper, "__code__", None) is _WRAPPER_CODE and getattr(bound, "__self__", None) is inner
+        ours = plain and own and getattr(bound, "__func__", None) is cls.update
+        self.method: Callable[..., Any] | None = bound if ours else None
+
+    def update(self, inner: Metric, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """The wrapped metric's update of one batch: its class's ``update`` with torchmetrics' bookkeeping when
+        ``method`` is known, else its ``update`` attribute.
+        """
+        method = self.method
+        if method is None:
+            inner.update(*args, **kwargs)
+            return
+        state = inner.__dict__
+        state["_computed"] = None
+        state["_update_count"] += 1
+        run_update(inner, method, args, kwargs)
+
+    def sample_ids(self, sample_ids: Any, rows: int, inner: Metric, lengths: list[int]) -> Tensor:
+        """``sample_ids`` checked (:func:`check_sample_ids`): an int64 vector of ``rows`` ids, for a metric whose states
+        are all lists (``lengths``: no ``-1``) reduced by concatenation, passes as it is; anything else is checked in
+        full.
+        """
+        if (
+            type(sample_ids) is Tensor
+            and sample_ids.dtype == torch.int64
+            and sample_ids.shape == (rows,)
+            and not self.custom
+            and -1 not in lengths
+        ):
+            return sample_ids
+        return check_sample_ids(sample_ids, rows, inner)
+
+    def check_growth(
+        self, inner: Metric, before: list[int], rows: int | None, units: dict[str, str], earlier: Callable[[], int]
+    ) -> dict[str, str] | None:
+        """:func:`check_growth` of one update, from the lengths of the list states ``before`` it (``-1``: not a
+        list). With ids (``rows``), what each list state holds per sample after the update (``None``: as ``units``,
+        what they held before, says), from :func:`check_grown` (``earlier``: the number of samples before the batch).
+        """
+        if len(inner._defaults) != len(self.names):  # states added by the update
+            if rows is None:
+                check_growth(inner, {n: b for n, b in zip(self.names, before, strict=True) if b >= 0}, rows)
+                return None
+            lengths = dict(zip(self.names, before, strict=True))
+            return self._grown(
+                inner, [(n, lengths.get(n, 0), v) for n, v in list_states(inner).items()], rows, units, earlier
+            )
+        values = self.states(inner)
+        for first, value in zip(before, values, strict=True):  # the common update: one tensor appended to each
+            if not (
+                first >= 0
+                and type(value) is list
+                and len(value) == first + 1
+                and type(new := value[-1]) is Tensor
+                and (rows is None or rows == (new.shape[0] if new.ndim else 1))
+            ):
+                break
+        else:  # with ids: one row per sample (of a batch of rows, and as before) or one either way
+            if rows is None or (rows and 0 not in before and (rows == 1 or units == self.rows_units)):
+                return None
+        if rows is not None:
+            grown = [(n, f, v) for n, f, v in zip(self.names, before, values, strict=True) if isinstance(v, list)]
+            return self._grown(inner, grown, rows, units, earlier)
+        for name, first, value in zip(self.names, before, values, strict=True):
+            if isinstance(value, list):
+                if first >= 0 and len(value) == first + 1 and isinstance(value[-1], Tensor):
+                    continue  # the common update: one tensor appended
+                if len(value) == first:
+                    continue  # nothing appended
+                check_grown(inner, name, value, max(first, 0), rows)
+        return None
+
+    @staticmethod
+    def _grown(
+        inner: Metric, grown: list[tuple[str, int, Any]], rows: int, units: dict[str, str], earlier: Callable[[], int]
+    ) -> dict[str, str]:
+        """With ids: :func:`check_grown` of every list state ``(name, length before, list)``, what each holds per
+        sample before the update read from ``units`` (or, if not recorded, from the stored list).
+        """
+        after: dict[str, str] = {}
+        for name, first, value in grown:
+            first = max(first, 0)
+            held = units.get(name) if first else None
+            if first and held is None:  # states loaded or shared: read once from the list
+                held = stored_unit(value[:first], earlier())
+            before_count = earlier() if not first and len(value) > first and rows else 0
+            unit = check_grown(inner, name, value, first, rows, held, before_count)
+            if unit is not None:
+                after[name] = unit
+        return after
+
+
+def take_wrapped_batch(
+    host: Any, args: tuple[Any, ...], kwargs: dict[str, Any], sample_ids: Tensor | None, call: Callable[..., Any] | None
+) -> Any:
+    """Check, cut and pass one batch to ``Varlen``'s (``host``) wrapped metric (``call``: its ``forward``; ``None``:
+    its ``update``), all or nothing: a call that raises leaves its list states as they were and counts its rows as
+    rejected.
+    """
+    state = host.__dict__
+    ledger: Ledger = state["_ledger"]
+    inner: Metric = state["_modules"]["metric"]
+    plan: UpdatePlan | None = state.get(PLAN_KEY)
+    if plan is None or inner.__dict__.get("update") is not plan.wrapper or len(inner._defaults) != len(plan.names):
+        plan = state[PLAN_KEY] = UpdatePlan(inner)
+    first = args[0] if args else None
+    rows = (first.shape[0] if first.ndim else 1) if type(first) is Tensor else batch_rows(args, kwargs)
+    before = [len(v) if isinstance(v, list) else -1 for v in plan.states(inner)]
+    kept, ids, stored = rows, None, state["varlen_ids"]
+    if sample_ids is not None or type(stored) is not list or stored:  # without ids only an epoch of ids refuses
+        ids = _batch_ids(host, plan, inner, sample_ids, rows, before)
+    if ids is None and ledger.dataset_size is not None:
+        kept = ledger.kept_rows(ledger.position(host), rows, host.process_group)
+        args, kwargs = cut_batch(args, kwargs, rows, kept)
+    count = inner.__dict__["_update_count"]
+    snapshot = forward_snapshot(inner) if call is not None and (kept or not rows) else None
+    try:
+        value = None
+        if rows and not kept:
+            pass
+        elif call is not None:
+            value = call(*args, **kwargs)
+        else:
+            plan.update(inner, args, kwargs)
+        units = state[UNITS_KEY]
+        grown = plan.check_growth(inner, before, rows if ids is not None else None, units, host._id_count)
+    except BaseException:
+        if snapshot is not None:  # torchmetrics' forward reset the states before its update raised
+            restore_forward(inner, snapshot)
+        lengths = {name: n for name, n in zip(plan.names, before, strict=True) if n >= 0}
+        for name, elements in list_states(inner).items():
+            del elements[lengths.get(name, 0) :]
+        inner._update_count, inner._computed = count, None
+        ledger.reject(host, 0, rows)
+        raise
+    if grown is not None:
+        keep_units(plan, inner, before, rows, grown, units)
+    if len(inner._defaults) != len(state["_proxied"]):
+        host._mirror()  # states a metric adds in its first update
+    if ids is not None:
+        host.varlen_ids.append(ids)
+    ledger.taken(rows, kept, 0)
+    return value
+
+
+def _batch_ids(
+    host: Any, plan: UpdatePlan, inner: Metric, sample_ids: Tensor | None, rows: int, lengths: list[int]
+) -> Tensor | None:
+    """The batch's ``sample_ids`` checked (``None`` without), and that the epoch's dedup mode takes them; a batch
+    refused here counts its rows as rejected.
+    """
+    state = host.__dict__
+    ledger: Ledger = state["_ledger"]
+    stored = state["varlen_ids"]
+    ids = None
+    try:
+        if sample_ids is not None:
+            ids = plan.sample_ids(sample_ids, rows, inner, lengths)
+            where = state["varlen_rows"]
+            if not (ids.is_cpu and where.is_cpu):
+                ids = ids.to(where.device)
+            ledger.check_ids(ids)
+        if ids is None or type(stored) is not list or not stored:  # an epoch of ids takes ids
+            ledger.check_mode(host._dedup_mode(), ids is not None)
+    except ValueError:
+        ledger.reject(host, 0, rows)
+        raise
+    return ids
