@@ -99,7 +99,10 @@ def oldest(session: nox.Session) -> None:
     session.run(
         "python", "-c", "import torchmetrics, lightning; print(torchmetrics.__version__, lightning.__version__)"
     )
-    skipped = [f"--ignore={path}" for path in PARITY + VERSION_FREE] + [f"--deselect={t}" for t in PARITY_TESTS]
+    # tests/property: the derandomised short runs of the Hypothesis properties (the package's own logic; the
+    # differential check's fixed examples, which go through torchmetrics' internals, are tests/test_differential.py)
+    skipped = [f"--ignore={path}" for path in [*PARITY, *VERSION_FREE, "tests/property"]]
+    skipped += [f"--deselect={t}" for t in PARITY_TESTS]
     session.run("pytest", "tests", "-p", "no:cacheprovider", *skipped, *session.posargs)
 
 
