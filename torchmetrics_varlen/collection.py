@@ -133,30 +133,23 @@ class VarlenCollection(MetricCollection):
         """
         ledger, ids = self._ledger, kwargs.get("sample_ids")
         self._ledger_info = None  # new rows: the last joint sync's counters are stale
-        start, rows = ledger.position(self), batch_rows(args, kwargs)
-        try:
+        out: Any = {}
+        with ledger.batch(self, batch_rows(args, kwargs)) as batch:  # refused (it raises): its rows rejected
             ledger.check_mode(self._mode, ids is not None)
             if ids is not None:
                 ledger.check_ids(ids)
-        except ValueError:
-            ledger.reject(self, start, rows)
-            raise
-        kept = rows if ids is not None else ledger.kept_rows(start, rows, None)
-        out: Any = {}
-        if kept or not rows:
-            args, kwargs = cut_batch(args, kwargs, rows, kept)
-            checked: list[Any] = []
-            try:
-                checked = self._precheck(args, kwargs, forward)
-                out = call(*args, **kwargs)
-            except BaseException:  # refused by a metric: its rows decide no mode and count as rejected
-                ledger.reject(self, start, rows)
-                raise
-            finally:
-                for metric in checked:  # a check not used by its update (another member refused the batch)
-                    metric.__dict__.pop(CHECKED, None)
+            rows = batch.rows
+            kept = rows if ids is not None else batch.cut()
+            if kept or not rows:
+                args, kwargs = cut_batch(args, kwargs, rows, kept)
+                checked: list[Any] = []
+                try:
+                    checked = self._precheck(args, kwargs, forward)
+                    out = call(*args, **kwargs)
+                finally:
+                    for metric in checked:  # a check not used by its update (another member refused the batch)
+                        metric.__dict__.pop(CHECKED, None)
         self._mode = self._mode or ("ids" if ids is not None else "none")
-        ledger.accept(self, start, rows, kept)
         return out
 
     _mode: str | None = None

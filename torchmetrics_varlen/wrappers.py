@@ -13,7 +13,7 @@ from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
 from torchmetrics_varlen._core.dedup import SyncReport
-from torchmetrics_varlen._core.ledger import Ledger, host_counters, warning_compute
+from torchmetrics_varlen._core.ledger import Ledger, warning_compute
 from torchmetrics_varlen._core.seam import Gathered, GuardedMetric, Mode, Payload
 from torchmetrics_varlen._core.states import (
     UNITS,
@@ -378,5 +378,3 @@ class Varlen(GuardedMetric):
         """The wrapped metric's plot of ``val`` (default: the synced value of :meth:`compute`)."""
         return self.metric.plot(val if val is not None else self.compute(), ax=ax)
 
-
-host_counters(Varlen, _OWN[1:])  # per-batch counts stay host-side ints until the states are read

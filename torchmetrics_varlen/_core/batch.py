@@ -220,31 +220,41 @@ def take_batch(
     """A package metric's ``update``: validate, drop sampler padding, format and append (or count); all or nothing.
 
     Only the columns a batch uses are stored (``ids`` / ``ids_sub`` with ``sample_ids``, ``weight`` with
-    ``sample_weight``, extras such as groups); the counters are the ledger's host-side counts (``_ledger.Counter``).
+    ``sample_weight``, extras such as groups); the ledger counts the batch (``Ledger.batch``: taken, or rejected if it raises).
     """
-    m, ledger = metric, metric._ledger
-    try:
-        checked = m.__dict__.pop(CHECKED, None)  # used once: by the update right after the check
-        given = _arguments(preds, target, sample_ids, extras, sample_weight)
-        if checked is not None and len(checked[0]) == len(given) and all(map(operator.is_, checked[0], given)):
-            in_unit = checked[1]
-        else:
-            in_unit = check_batch(m, preds, target, sample_ids, extras, sample_weight)
-    except (ValueError, TypeError):
-        m._update_count -= 1  # the failed call must not count as an update either
-        start = ledger.position(m) if start is None else start
-        ledger.reject(m, start, (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0)
-        raise  # its rows still took their sampler positions (``sync_report.rejected`` counts them)
-    SHARED_SYNCS.clear()
-    rows = preds.shape[0] if preds.ndim else 1
-    keep = rows
-    if sample_ids is None and ledger.dataset_size is not None:  # the checks leave the counters as they were
-        keep = ledger.kept_rows(ledger.position(m) if start is None else start, rows, m.process_group)
-    if keep < rows:
-        preds, target = preds[:keep], target[:keep]
-        extras = {k: v[:keep] for k, v in extras.items()}
-        sample_weight = None if sample_weight is None else sample_weight[:keep]  # a padded row drops its weight
-        in_unit = in_unit or None  # a score outside [0, 1] may have been in a dropped row
+    m = metric
+    rows = (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
+    with m._ledger.batch(m, rows, start, m.process_group) as batch:  # a refusal counts its rows as rejected
+        try:
+            checked = m.__dict__.pop(CHECKED, None)  # used once: by the update right after the check
+            given = _arguments(preds, target, sample_ids, extras, sample_weight)
+            if checked is not None and len(checked[0]) == len(given) and all(map(operator.is_, checked[0], given)):
+                in_unit = checked[1]
+            else:
+                in_unit = check_batch(m, preds, target, sample_ids, extras, sample_weight)
+        except (ValueError, TypeError):
+            m._update_count -= 1  # the failed call must not count as an update either
+            raise
+        SHARED_SYNCS.clear()
+        keep = rows if sample_ids is not None else batch.cut()  # ids: no padding cut (dedup by id instead)
+        if keep < rows:
+            preds, target = preds[:keep], target[:keep]
+            extras = {k: v[:keep] for k, v in extras.items()}
+            sample_weight = None if sample_weight is None else sample_weight[:keep]  # a padded row drops its weight
+            in_unit = in_unit or None  # a score outside [0, 1] may have been in a dropped row
+        batch.stored = _store(m, preds, target, sample_ids, extras, sample_weight, in_unit)
+
+
+def _store(
+    m: Any,
+    preds: Tensor,
+    target: Tensor,
+    sample_ids: Tensor | None,
+    extras: dict[str, Tensor],
+    sample_weight: Tensor | None,
+    in_unit: bool | None,
+) -> int:
+    """Format a checked (and cut) batch and add it to the metric's states; the number of samples stored."""
     expanded = _columns(m.task, preds, target, sample_ids, extras)
     if sample_weight is not None:
         expanded["weight"] = check_sample_weight(sample_weight, preds, target, m.task)
@@ -253,7 +263,7 @@ def take_batch(
     if kept is not None and expanded:
         expanded = {k: v[kept] for k, v in expanded.items()}
     if m._summed is None:
-        append_rows(m, scores, labels, expanded)  # stored pieces merged as they arrive (_core/coalesce.py)
+        append_rows(m, scores, labels, expanded)  # stored pieces merged as they arrive (below)
     elif sample_weight is None and m._summed == "hist":
         hold(m, scores, labels, target.dtype)  # 16-bit: small batches held, counted together (_core/held.py)
     elif sample_weight is None:
@@ -263,7 +273,7 @@ def take_batch(
         # weighted (stored_weight_mode), as the ranks were given it, not as the rows that stayed
         counted = _weighted_count(m, scores, labels, expanded["weight"])
         setattr(m, m._summed, getattr(m, m._summed).to(torch.float64) + counted)
-    ledger.taken(rows, keep, scores.shape[0])
+    return int(scores.shape[0])
 
 
 # ---------------------------------------------------------------- stored pieces, merged as they arrive

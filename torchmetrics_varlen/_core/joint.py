@@ -19,7 +19,6 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from torchmetrics_varlen._core.ledger import Counter
 from torchmetrics_varlen._core.seam import Payload
 from torchmetrics_varlen._dist.exchange import CheckedIn, Gathered, Layout, Mode, RankMeta, SyncRequest, sync_states
 
@@ -110,34 +109,13 @@ def _device_of(view: Gathered) -> torch.device:
     return torch.device("cpu")
 
 
-_SHARED_COUNTERS: dict[tuple[type, type], frozenset[str]] = {}  # per pair of classes: their common Counter states
-
-
 def share_states(first: Metric, other: Metric) -> None:
     """``other`` takes ``first``'s states, as a torchmetrics compute group shares them per update (``setattr(other,
     name, getattr(first, name))`` for every state, then the update count), without a ``setattr`` per state and batch:
-    a state that is already ``first``'s object is not set again, and a :class:`Counter` state of both is shared as its
-    tensor and its pending count (reading it, on either metric, gives ``first``'s count; nothing is written into a new
-    tensor per batch).
+    a state that is already ``first``'s object (a list appended to, a counter added to in place) is not set again.
     """
-    key = (type(first), type(other))
-    counters = _SHARED_COUNTERS.get(key)
-    if counters is None:
-        names = [n for n in first._defaults if all(isinstance(getattr(c, n, None), Counter) for c in key)]
-        counters = _SHARED_COUNTERS[key] = frozenset(names)
-    first_state, other_state = first.__dict__, other.__dict__
     for name in first._defaults:
-        if name not in counters:
-            value = getattr(first, name)
-            if getattr(other, name) is not value:
-                setattr(other, name, value)
-            continue
-        raw, pending = first_state[name], other_state["_ledger"].pending
-        if other_state.get(name) is not raw:
-            setattr(other, name, raw)  # its Counter forgets what other's ledger knew of the old tensor
-        count = first_state["_ledger"].pending.get(name, 0)
-        if count:
-            pending[name] = count
-        else:
-            pending.pop(name, None)
+        value = getattr(first, name)
+        if getattr(other, name) is not value:
+            setattr(other, name, value)
     other._update_count = first._update_count

@@ -12,13 +12,17 @@ number of global sampler positions the old ranks had dealt (``W_old * k`` after 
 positions ``>= dataset_size`` are padding. With ``base = 0`` this is the ``DistributedSampler`` rule; after a resume
 it is the rule of a ``DistributedSampler`` over the samples not dealt yet.
 
-**Counters.** A host's counter states (rows seen, padding dropped, rejected rows, stored samples) are 0-dim int64
-tensor states, summed by the sync and saved in ``state_dict``; updating them per batch would cost a tensor op and two
-``__setattr__`` each. :class:`Counter` descriptors keep them host-side instead: ``update()`` adds Python ints to the
-ledger (``pending``), and reading the attribute (torchmetrics' ``reset``, ``_copy_state_dict``, ``forward``'s
-merge, ``state_dict``, ``_apply``, the sync, a ``MetricCollection`` sharing compute-group states, a user) first
-writes the pending count into a new tensor (out of place: a metric pickled to spawned processes may share its
-tensors' storage). Assigning the attribute replaces the count (its pending part is dropped).
+**Counters.** A host's counters (rows seen, padding dropped, rejected rows, stored samples) are plain 0-dim int64
+tensor states: summed by the sync, reset by ``reset()``, saved in ``state_dict``, shared by a compute group, and read
+as they are (reading one writes nothing). Each batch adds to them in place, once, when the ledger closes the batch
+(:meth:`Ledger.batch`); on the CPU through a NumPy view of the tensor (a tensor operation per counter and batch would
+cost more than the rest of a small batch's ``update()``). The first write into a tensor the ledger did not make (after
+``reset()``, a load, a sync, or in a copy whose storage may be shared with other processes) clones it first.
+
+**Batches.** Every intake (the package's metrics, ``Varlen``, ``VarlenCollection``) takes a batch through
+:meth:`Ledger.batch`: ``with ledger.batch(host, rows, start) as batch: ...`` gives the batch's sampler position,
+cuts its padding on request (:meth:`Batch.cut`) and, when the block ends, counts its rows as taken (rows, padding,
+stored samples) or, if the block raised, as rejected (they took their sampler positions; nothing was stored).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import functools
 import os
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -42,49 +46,55 @@ KEY = "varlen_ledger"  # the state_dict entry (with the host's persistent states
 _COUNTS = ("rows_seen", "padding_dropped", "rejected")
 
 
-class Counter:
-    """A counter tensor state whose per-batch increments stay host-side ints until it is read (module docstring).
+class Batch:
+    """One batch of an intake, from :meth:`Ledger.batch` until its ``with`` block ends (see the module docstring).
 
-    Set on the host's class (``setattr(cls, name, Counter(name))``, keeping the ``name: Tensor`` annotation for
-    TorchScript); the tensor itself lives in the instance ``__dict__`` under the same name, so pickling, ``deepcopy``
-    and ``torch.jit.script`` see an ordinary attribute.
+    Attributes:
+        start: The segment position of the batch's first row (``None``: the next one, read when needed).
+        rows: The rows it was dealt.
+        kept: Of those, the rows that are not sampler padding (``rows`` until :meth:`cut` says otherwise).
+        stored: Samples the host stored from it (the ``num_samples`` counter of the package's metrics).
     """
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    __slots__ = ("host", "kept", "ledger", "process_group", "rows", "start", "stored")
 
-    def __get__(self, host: Any, owner: Any = None) -> Any:
-        if host is None:
-            return self
-        state = host.__dict__
-        try:
-            value = state[self.name]
-        except KeyError:
-            raise AttributeError(self.name) from None
-        ledger = state.get("_ledger")
-        if ledger is not None:
-            n = ledger.pending.get(self.name)
-            if n:
-                value = value + n  # out of place on purpose (shared storage under ddp_spawn)
-                state[self.name] = value
-                ledger.pending[self.name] = 0
-                if self.name in ledger.known:
-                    ledger.known[self.name] += n
-        return value
+    def __init__(self, ledger: Ledger, host: Any, rows: int, start: int | None, process_group: Any) -> None:
+        self.ledger, self.host, self.rows, self.start, self.process_group = ledger, host, rows, start, process_group
+        self.kept, self.stored = rows, 0
 
-    def __set__(self, host: Any, value: Any) -> None:
-        state = host.__dict__
-        state[self.name] = value
-        ledger = state.get("_ledger")
-        if ledger is not None:
-            ledger.pending.pop(self.name, None)
-            ledger.known.pop(self.name, None)
+    def cut(self) -> int:
+        """How many of the batch's rows are not sampler padding (all of them without ``dataset_size``): they are the
+        first ``kept`` rows (positions grow with the row index).
+        """
+        ledger = self.ledger
+        if ledger.dataset_size is None:
+            return self.kept
+        if self.start is None:
+            self.start = ledger.position(self.host)
+        self.kept = ledger.kept_rows(self.start, self.rows, self.process_group)
+        return self.kept
 
+    def __enter__(self) -> Batch:
+        return self
 
-def host_counters(cls: type, names: Sequence[str]) -> None:
-    """Make the tensor states ``names`` of ``cls`` :class:`Counter` states."""
-    for name in names:
-        setattr(cls, name, Counter(name))
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: Any) -> None:
+        ledger, host, rows = self.ledger, self.host, self.rows
+        if kind is not None:
+            ledger.refuse(host, rows)
+            return
+        ledger.dealt += rows
+        names = ledger.counters
+        if names is None:
+            own = ledger.own
+            own[0] += rows
+            own[1] += rows - self.kept
+            return
+        add = ledger.add
+        add(host, names[0], rows)
+        if rows != self.kept:
+            add(host, names[1], rows - self.kept)
+        if self.stored:
+            add(host, "num_samples", self.stored)
 
 
 class Ledger:
@@ -107,22 +117,64 @@ class Ledger:
         self.saved_at: tuple[int, int] | None = None  # (rank, world) of loaded states, until checked
         self.persistent = False  # for a ledger that keeps its own counters (the host's states decide otherwise)
         self.warned = False
-        self.pending: dict[str, int] = {}  # per counter state: rows counted since its tensor was last written
-        self.known: dict[str, int] = {}  # per counter state: its tensor's value, once read
+        self.dealt = 0  # rows of every batch this process gave the ledger (taken or refused), never reset
+        self._views: dict[str, tuple[Tensor, Any]] = {}  # per counter: the tensor this ledger made, its NumPy view
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Without the views: a copy makes its own (its tensors are other objects; a view would write elsewhere)."""
+        return {**self.__dict__, "_views": {}}
 
     # ------------------------------------------------------------------ counters and positions
 
-    def count(self, host: Any, name: str) -> int:
-        """The value of the host's counter state ``name`` (its tensor, read once, plus what is pending)."""
-        known = self.known.get(name)
-        if known is None:
-            known = self.known[name] = int(host.__dict__[name])
-        return known + self.pending.get(name, 0)
+    def batch(self, host: Any, rows: int, start: int | None = None, process_group: Any = None) -> Batch:
+        """The one way a batch enters the ledger: ``with ledger.batch(host, rows, start) as batch:`` (module
+        docstring). ``start``: the batch's segment position when the caller knows it (``forward``), else the next one.
+        """
+        return Batch(self, host, rows, start, process_group)
 
-    def bump(self, name: str, n: int) -> None:
-        """Add ``n`` to the host's counter state ``name`` (host-side; the tensor is written when read)."""
-        if n:
-            self.pending[name] = self.pending.get(name, 0) + n
+    def refuse(self, host: Any, rows: int) -> None:
+        """Count a batch refused outside :meth:`batch` (a check before it): nothing stored, but its rows took their
+        sampler positions (``sync_report.rejected`` counts them).
+        """
+        self.dealt += rows
+        if self.counters is None:
+            self.own[2] += rows
+        else:
+            self.add(host, self.counters[2], rows)
+
+    def add(self, host: Any, name: str, n: int) -> None:
+        """Add ``n`` to the host's counter state ``name``, in place (the first write into a tensor the ledger did not
+        make clones it: module docstring).
+        """
+        value = host.__dict__[name]
+        entry = self._views.get(name)
+        if entry is None or entry[0] is not value:
+            entry = self._own(host, name, value)
+        view = entry[1]
+        if view is not None:
+            view[()] += n
+        else:
+            entry[0].add_(n)
+
+    def _own(self, host: Any, name: str, value: Tensor) -> tuple[Tensor, Any]:
+        mine = value.detach().clone()
+        setattr(host, name, mine)
+        view = None
+        if mine.device.type == "cpu":
+            try:
+                view = mine.numpy()
+            except (RuntimeError, TypeError):  # no NumPy: tensor additions
+                view = None
+        entry = self._views[name] = (mine, view)
+        return entry
+
+    def count(self, host: Any, name: str) -> int:
+        """The value of the host's counter state ``name``."""
+        value = host.__dict__[name]
+        entry = self._views.get(name)
+        if entry is not None and entry[0] is value and entry[1] is not None:
+            return int(entry[1])
+        return int(value)
 
     def counts(self, host: Any) -> list[int]:
         """Rows seen, padding dropped and rejected rows of this rank."""
@@ -130,23 +182,11 @@ class Ledger:
             return list(self.own)
         return [self.count(host, name) for name in self.counters]
 
-    def add(self, host: Any, rows: int = 0, padding: int = 0, rejected: int = 0) -> None:
-        """Count rows (host-side; see :class:`Counter`)."""
-        if self.counters is None:
-            self.own = [self.own[0] + rows, self.own[1] + padding, self.own[2] + rejected]
-            return
-        for name, n in zip(self.counters, (rows, padding, rejected), strict=True):
-            self.bump(name, n)
-
     def position(self, host: Any) -> int:
         """The segment position of this rank's next row (rows seen + rejected, since the segment started)."""
         if self.counters is None:
             return self.own[0] + self.own[2] - self.origin
         seen, _, rejected = self.counters
-        known, pending = self.known, self.pending
-        if seen in known and rejected in known:  # per batch: no call
-            rows = known[seen] + pending.get(seen, 0) + known[rejected] + pending.get(rejected, 0)
-            return rows - self.origin
         return self.count(host, seen) + self.count(host, rejected) - self.origin
 
     def kept_rows(self, start: int, rows: int, process_group: Any) -> int:
@@ -157,26 +197,6 @@ class Ledger:
             return rows
         rank, world = group_position(process_group)
         return sampler_kept_rows(start, rows, rank, world, self.dataset_size - self.base)
-
-    def accept(self, host: Any, start: int, rows: int, kept: int) -> None:
-        """Count a batch that was taken: ``rows`` dealt, ``kept`` of them real."""
-        self.taken(rows, kept, 0)
-
-    def taken(self, rows: int, kept: int, stored: int) -> None:
-        """Count a batch that a package metric took (:meth:`accept` and the ``num_samples`` counter in one call, per
-        batch): ``rows`` dealt, ``kept`` of them real, ``stored`` samples stored.
-        """
-        pending = self.pending
-        if self.counters is None:
-            self.own = [self.own[0] + rows, self.own[1] + rows - kept, self.own[2]]
-        else:
-            seen, padding, _ = self.counters
-            if rows:
-                pending[seen] = pending.get(seen, 0) + rows
-            if rows != kept:
-                pending[padding] = pending.get(padding, 0) + rows - kept
-        if stored:
-            pending["num_samples"] = pending.get("num_samples", 0) + stored
 
     def accepted(self, host: Any) -> int:
         """Rows of the batches taken since ``reset()`` (loaded ones included); refused batches are not among them."""
@@ -195,10 +215,6 @@ class Ledger:
         if rows is None:
             rows = self.accepted(host) > 0
         return "none" if rows else None
-
-    def reject(self, host: Any, start: int, rows: int) -> None:
-        """Count a batch that ``update()`` refused: nothing stored, but its rows took their sampler positions."""
-        self.add(host, rejected=rows)
 
     def reset(self) -> None:
         """A new epoch: positions from 0, counters (the host resets its states) and the warning re-armed."""

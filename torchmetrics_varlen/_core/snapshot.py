@@ -28,64 +28,61 @@ _FORWARD_SWITCHES = (
 
 @dataclass
 class ForwardSnapshot:
-    """The states of a metric before its ``forward`` (list states: the list and its items; tensors: the tensor) and
-    its switches.
+    """The states of a metric before its ``forward`` (list states: the list and its items; tensors: the tensor, or a
+    copy of those written in place), its switches, and its ledger's count of rows dealt (``dealt``) and own counters.
     """
 
     lists: dict[str, tuple[list[Any], list[Any]]]
     tensors: dict[str, Any]
     switches: dict[str, Any]
-    own: list[int] | None = None  # a ledger that keeps its own counters (``Varlen``): its counts before the call
+    dealt: int = 0
+    own: list[int] | None = None  # a ledger that keeps its own counters: its counts before the call
 
 
 def forward_snapshot(metric: Metric) -> ForwardSnapshot:
-    """What ``metric``'s ``forward`` replaces or empties (see above); reading each state first counts in what is
-    kept aside from it (host-side counters, held 16-bit batches). A metric whose ``forward`` first updates its own
-    states (torchmetrics' full-state path, which may add to its tensors in place) has them copied.
+    """What ``metric``'s ``forward`` replaces, empties or adds to in place (see above): the ledger's counters (added
+    to in place, ``_core/ledger.py``) are copied, and so are the tensors of a metric whose ``forward`` first updates
+    its own states (torchmetrics' full-state path, which may add to its tensors in place).
     """
     state = metric.__dict__
     # the states the metric holds itself (``Varlen`` reads its wrapped metric's: that one is snapshot on its own)
-    values = {name: getattr(metric, name) for name in metric._defaults if name in state}
+    values = {name: state[name] for name in metric._defaults if name in state}
+    ledger = state.get("_ledger")
     in_place = metric.full_state_update is not False or metric.dist_sync_on_step
+    counters = () if ledger is None or ledger.counters is None else (*ledger.counters, "num_samples")
     return ForwardSnapshot(
         lists={name: (value, list(value)) for name, value in values.items() if isinstance(value, list)},
         tensors={
-            name: value.clone() if in_place and isinstance(value, Tensor) else value
+            name: value.clone() if (in_place or name in counters) and isinstance(value, Tensor) else value
             for name, value in values.items()
             if not isinstance(value, list)
         },
         switches={name: state[name] for name in _FORWARD_SWITCHES if name in state},
-        own=list(ledger.own) if (ledger := state.get("_ledger")) is not None and ledger.counters is None else None,
+        dealt=ledger.dealt if ledger is not None else 0,
+        own=list(ledger.own) if ledger is not None and ledger.counters is None else None,
     )
 
 
 def restore_forward(metric: Metric, snapshot: ForwardSnapshot, rows: int | None = None) -> None:
     """Put back what :func:`forward_snapshot` saved (after a ``forward`` that raised): the same list objects with
-    their items (a compute group shares them), the same tensors, the switches; no cached value. The call's ``rows``
-    (``None``: what its ledger counted since the snapshot) count as rejected.
+    their items (a compute group shares them), the tensors, the switches; no cached value. The call's ``rows``
+    (``None``: what its ledger was dealt since the snapshot) count as rejected.
     """
     state = metric.__dict__
     for name, (value, items) in snapshot.lists.items():
         value[:] = items
         state[name] = value
-    state.update(snapshot.tensors)
+    for name, value in snapshot.tensors.items():
+        setattr(metric, name, value)
     state.update(snapshot.switches)
     state["_computed"] = None  # as after a refused update: the next compute() reports the refused rows too
     ledger = state.get("_ledger")
-    if ledger is not None:
-        for name in snapshot.tensors:  # cached reads of the counters restored above
-            ledger.known.pop(name, None)
-        # Every row the call dealt (taken by the update, then lost with the batch's value, or refused) counts as
-        # rejected: the sampler positions move on as they did, and no row is reported that the states do not hold.
-        if ledger.counters is not None:
-            # The counters were read (so written) by the snapshot: what is pending came from this call (unless a
-            # batch sync inside it wrote them again: then ``rows`` says how many rows it dealt).
-            seen, padding, rejected = ledger.counters
-            dealt = ledger.pending.get(seen, 0) + ledger.pending.get(rejected, 0) if rows is None else rows
-            for name in (seen, padding, rejected, "num_samples"):
-                ledger.pending.pop(name, None)
-            ledger.bump(rejected, dealt)
-        elif snapshot.own is not None:
-            before, now = snapshot.own, ledger.own
-            dealt = now[0] - before[0] + now[2] - before[2] if rows is None else rows
-            ledger.own = [before[0], before[1], before[2] + dealt]
+    if ledger is None:
+        return
+    # Every row the call dealt (taken by the update, then lost with the batch's value, or refused) counts as
+    # rejected: the sampler positions move on as they did, and no row is reported that the states do not hold.
+    dealt = ledger.dealt - snapshot.dealt if rows is None else rows
+    if snapshot.own is not None:
+        ledger.own = list(snapshot.own)
+    ledger.refuse(metric, dealt)
+    ledger.dealt -= dealt  # dealt once, by the call (the refusal only moves them to the rejected rows)

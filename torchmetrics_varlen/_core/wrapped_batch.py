@@ -16,7 +16,7 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from torchmetrics_varlen._compat import set_grad_mode
-from torchmetrics_varlen._core.ledger import Ledger
+from torchmetrics_varlen._core.ledger import Batch, Ledger
 from torchmetrics_varlen._core.snapshot import forward_snapshot, restore_forward
 from torchmetrics_varlen._core.states import ROW, stored_unit
 from torchmetrics_varlen._core.wrapped import (
@@ -213,12 +213,31 @@ def take_wrapped_batch(
         plan = state[PLAN_KEY] = UpdatePlan(inner)
     first = args[0] if args else None
     rows = (first.shape[0] if first.ndim else 1) if type(first) is Tensor else batch_rows(args, kwargs)
+    with ledger.batch(host, rows, None, host.process_group) as batch:  # a call that raises: rows rejected
+        return _pass_on(host, plan, inner, batch, args, kwargs, sample_ids, call)
+
+
+def _pass_on(
+    host: Any,
+    plan: UpdatePlan,
+    inner: Metric,
+    batch: Batch,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    sample_ids: Tensor | None,
+    call: Callable[..., Any] | None,
+) -> Any:
+    """:func:`take_wrapped_batch` inside its ledger batch: check the ids, cut the padding, pass the batch on, and put
+    the wrapped metric's list states back if that raises.
+    """
+    state = host.__dict__
+    rows = batch.rows
     before = [len(v) if isinstance(v, list) else -1 for v in plan.states(inner)]
     kept, ids, stored = rows, None, state["varlen_ids"]
     if sample_ids is not None or type(stored) is not list or stored:  # without ids only an epoch of ids refuses
         ids = _batch_ids(host, plan, inner, sample_ids, rows, before)
-    if ids is None and ledger.dataset_size is not None:
-        kept = ledger.kept_rows(ledger.position(host), rows, host.process_group)
+    if ids is None and batch.ledger.dataset_size is not None:
+        kept = batch.cut()
         args, kwargs = cut_batch(args, kwargs, rows, kept)
     count = inner.__dict__["_update_count"]
     snapshot = forward_snapshot(inner) if call is not None and (kept or not rows) else None
@@ -239,7 +258,6 @@ def take_wrapped_batch(
         for name, elements in list_states(inner).items():
             del elements[lengths.get(name, 0) :]
         inner._update_count, inner._computed = count, None
-        ledger.reject(host, 0, rows)
         raise
     if grown is not None:
         keep_units(plan, inner, before, rows, grown, units)
@@ -247,30 +265,25 @@ def take_wrapped_batch(
         host._mirror()  # states a metric adds in its first update
     if ids is not None:
         host.varlen_ids.append(ids)
-    ledger.taken(rows, kept, 0)
     return value
 
 
 def _batch_ids(
     host: Any, plan: UpdatePlan, inner: Metric, sample_ids: Tensor | None, rows: int, lengths: list[int]
 ) -> Tensor | None:
-    """The batch's ``sample_ids`` checked (``None`` without), and that the epoch's dedup mode takes them; a batch
-    refused here counts its rows as rejected.
+    """The batch's ``sample_ids`` checked (``None`` without), and that the epoch's dedup mode takes them (a batch
+    refused here counts its rows as rejected: it raises inside the ledger's batch).
     """
     state = host.__dict__
     ledger: Ledger = state["_ledger"]
     stored = state["varlen_ids"]
     ids = None
-    try:
-        if sample_ids is not None:
-            ids = plan.sample_ids(sample_ids, rows, inner, lengths)
-            where = state["varlen_rows"]
-            if not (ids.is_cpu and where.is_cpu):
-                ids = ids.to(where.device)
-            ledger.check_ids(ids)
-        if ids is None or type(stored) is not list or not stored:  # an epoch of ids takes ids
-            ledger.check_mode(host._dedup_mode(), ids is not None)
-    except ValueError:
-        ledger.reject(host, 0, rows)
-        raise
+    if sample_ids is not None:
+        ids = plan.sample_ids(sample_ids, rows, inner, lengths)
+        where = state["varlen_rows"]
+        if not (ids.is_cpu and where.is_cpu):
+            ids = ids.to(where.device)
+        ledger.check_ids(ids)
+    if ids is None or type(stored) is not list or not stored:  # an epoch of ids takes ids
+        ledger.check_mode(host._dedup_mode(), ids is not None)
     return ids

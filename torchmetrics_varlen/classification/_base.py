@@ -28,7 +28,7 @@ from torchmetrics_varlen._core.batch import (
 )
 from torchmetrics_varlen._core.dedup import SyncReport
 from torchmetrics_varlen._core.held import HeldHistogram, count_held, drop_held
-from torchmetrics_varlen._core.ledger import Ledger, host_counters, warning_compute
+from torchmetrics_varlen._core.ledger import Ledger, warning_compute
 from torchmetrics_varlen._core.seam import SHARED_SYNCS, CheckedIn, Gathered, GuardedMetric, Payload, SyncRequest
 from torchmetrics_varlen._core.sharded import Sharded
 from torchmetrics_varlen._core.strategies import (
@@ -289,13 +289,13 @@ class _VarlenMetric(GuardedMetric):
     # (:meth:`_refused`) and calls ``_update``, so that :meth:`_precheck` can run it.
     _checkable = True
 
-    def _refused(self, preds: Any, start: int | None, msg: str) -> ValueError:
+    def _refused(self, preds: Any, msg: str) -> ValueError:
         """The error for a batch that ``update`` refuses before ``_update`` checks it; in a real update (not a
         :meth:`_precheck`) the call counts as refused first, as in ``take_batch``.
         """
         if CHECK_ONLY not in self.__dict__:
             self._update_count -= 1  # torchmetrics' update wrapper counted the call
-            self._ledger.reject(self, self._ledger.position(self) if start is None else start, _rows_of(preds))
+            self._ledger.refuse(self, _rows_of(preds))
         return ValueError(msg)
 
     @torch.jit.unused
@@ -324,7 +324,7 @@ class _VarlenMetric(GuardedMetric):
                 self._precheck(args, kwargs)
             except (ValueError, TypeError):
                 self._computed = None  # as a refused update: the next compute() reports the refused rows
-                self._ledger.reject(self, kwargs["_start"], _rows_of(args[0] if args else kwargs.get("preds")))
+                self._ledger.refuse(self, _rows_of(args[0] if args else kwargs.get("preds")))
                 raise
         self._in_forward = True  # the batch value is not an evaluation of the data set: no report, no warning
         try:
@@ -364,7 +364,6 @@ def _rows_of(preds: Any) -> int:
     return (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
 
 
-host_counters(_VarlenMetric, _COUNTERS)  # per-batch counts stay host-side ints until the states are read
 _VarlenMetric.hist = HeldHistogram()  # type: ignore[assignment]  # 16-bit: small batches counted when it is read
 
 

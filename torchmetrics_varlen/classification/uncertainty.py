@@ -170,7 +170,7 @@ class VarlenAUROCComparison(_DeLongMetric):
                 f"{type(self).__name__}: expected `preds` of shape (N, 2) (model a, model b) and `target` of shape"
                 f" (N,), but got {shapes[0]} and {shapes[1]}. The batch was not added."
             )
-            raise self._refused(preds, _start, msg)
+            raise self._refused(preds, msg)
         self._update(preds, target.unsqueeze(1).expand(-1, 2), sample_ids, {}, _start)
 
     def _value_from_wire(self, value: Any) -> Any:
@@ -332,7 +332,7 @@ class VarlenBootstrap(_VarlenMetric):
                 " position, so pass `sample_ids=` to update(), or give the wrapped metric `dataset_size=len(dataset)`"
                 f" (e.g. VarlenBootstrap({self.metric_name}(dataset_size=N)))."
             )
-            raise self._refused(preds, start, msg)
+            raise self._refused(preds, msg)
         if sample_ids is not None:
             keys = sample_ids
         else:
