@@ -174,7 +174,7 @@ def test_load_rank_states_refuses_ranks_that_dealt_different_counts() -> None:
 
 @pytest.mark.parametrize("kind", ["auroc", "varlen"])
 def test_counter_states_read_or_copied_mid_epoch_keep_every_count(kind: str) -> None:
-    """The counters are host-side ints between reads (``_ledger.Counter``): reading, copying or pickling a metric
+    """The counters are plain states added to in place (``Ledger.batch``): reading, copying or pickling a metric
     mid-epoch, and updating it afterwards, gives the counts and the value of a metric never looked at.
     """
     import copy
@@ -183,7 +183,7 @@ def test_counter_states_read_or_copied_mid_epoch_keep_every_count(kind: str) -> 
     metric = _makers()[kind](10)
     names = ("rows_seen", "padding_dropped") if kind == "auroc" else ("varlen_rows", "varlen_padding")
     metric.update(*_batch(kind, slice(0, 3)))
-    assert [int(getattr(metric, n)) for n in names] == [3, 0]  # a read writes the pending counts
+    assert [int(getattr(metric, n)) for n in names] == [3, 0]  # a read writes nothing
     copied, pickled = copy.deepcopy(metric), pickle.loads(pickle.dumps(metric))
     for m in (metric, copied, pickled):
         m.update(*_batch(kind, slice(3, 12)))  # sample positions 3..11: 10 and 11 are padding

@@ -220,7 +220,8 @@ def take_batch(
     """A package metric's ``update``: validate, drop sampler padding, format and append (or count); all or nothing.
 
     Only the columns a batch uses are stored (``ids`` / ``ids_sub`` with ``sample_ids``, ``weight`` with
-    ``sample_weight``, extras such as groups); the ledger counts the batch (``Ledger.batch``: taken, or rejected if it raises).
+    ``sample_weight``, extras such as groups); the ledger counts the batch (``Ledger.batch``: taken, or rejected
+    if it raises).
     """
     m = metric
     rows = (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
