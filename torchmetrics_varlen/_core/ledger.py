@@ -118,7 +118,8 @@ class Ledger:
         self.persistent = False  # for a ledger that keeps its own counters (the host's states decide otherwise)
         self.warned = False
         self.dealt = 0  # rows of every batch this process gave the ledger (taken or refused), never reset
-        self._views: dict[str, tuple[Tensor, Any]] = {}  # per counter: the tensor this ledger made, its NumPy view
+        self._views: dict[str, tuple[Tensor, Any, int]] = {}  # per counter: the tensor this ledger made, its NumPy
+        # view, its memory address
 
     def __getstate__(self) -> dict[str, Any]:
         """Without the views: a copy makes its own (its tensors are other objects; a view would write elsewhere)."""
@@ -148,7 +149,9 @@ class Ledger:
         """
         value = host.__dict__[name]
         entry = self._views.get(name)
-        if entry is None or entry[0] is not value:
+        # the view is valid while the tensor keeps its memory (``share_memory_()``, as pickling for another process
+        # does, moves it: then the tensor is shared, and cloned like any tensor this ledger did not make)
+        if entry is None or entry[0] is not value or value.data_ptr() != entry[2]:
             entry = self._own(host, name, value)
         view = entry[1]
         if view is not None:
@@ -156,7 +159,7 @@ class Ledger:
         else:
             entry[0].add_(n)
 
-    def _own(self, host: Any, name: str, value: Tensor) -> tuple[Tensor, Any]:
+    def _own(self, host: Any, name: str, value: Tensor) -> tuple[Tensor, Any, int]:
         mine = value.detach().clone()
         setattr(host, name, mine)
         view = None
@@ -165,14 +168,14 @@ class Ledger:
                 view = mine.numpy()
             except (RuntimeError, TypeError):  # no NumPy: tensor additions
                 view = None
-        entry = self._views[name] = (mine, view)
+        entry = self._views[name] = (mine, view, mine.data_ptr())
         return entry
 
     def count(self, host: Any, name: str) -> int:
         """The value of the host's counter state ``name``."""
         value = host.__dict__[name]
         entry = self._views.get(name)
-        if entry is not None and entry[0] is value and entry[1] is not None:
+        if entry is not None and entry[0] is value and entry[1] is not None and value.data_ptr() == entry[2]:
             return int(entry[1])
         return int(value)
 
