@@ -1,5 +1,6 @@
 """The 16-bit mode holds small batches and counts them together (``_core/held.py``): no batch is lost, counted twice or
-counted after it was dropped, whatever reads, copies, resets, loads or syncs the state in between.
+counted after it was dropped, whatever counts, copies, resets, loads or syncs the state in between; reading a state
+writes nothing.
 
 The reference histogram is an independent ``torch.bincount`` of the raw bit patterns of all the scores fed (the
 integers the state must hold); values are compared with scikit-learn on the rounded scores and with the metric fed
@@ -23,7 +24,7 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 from torchmetrics import MetricCollection
 
 import torchmetrics_varlen as tv
-from torchmetrics_varlen._core.held import HOLD, MAX_PIECES
+from torchmetrics_varlen._core.held import HOLD, MAX_PIECES, count_held
 from torchmetrics_varlen.functional import _hist
 
 DTYPES = [torch.float16, torch.bfloat16]
@@ -55,6 +56,14 @@ def _reference(preds: torch.Tensor, target: torch.Tensor, dtype: torch.dtype) ->
     return torch.bincount(bits + 65536 * target.long(), minlength=2 * 65536).view(2, 65536)
 
 
+def _counted(metric: Any) -> torch.Tensor:
+    """The histogram with the held batches counted in (``count_held``: the explicit step the sync and ``compute`` run;
+    reading ``metric.hist`` alone counts nothing).
+    """
+    count_held(metric)
+    return metric.hist
+
+
 def _fed(make: Callable[[], Any], batches: list[tuple[Any, Any]]) -> Any:
     metric = make()
     for p, t in batches:
@@ -71,10 +80,10 @@ def test_held_batches_count_every_score_once(dtype: torch.dtype) -> None:
     for i, (p, t) in enumerate(_batches(preds, target)):
         metric.update(p, t)
         start += p.shape[0]
-        if i % 37 == 0 or p.shape[0] > 100:  # read now and then: reading counts what is held, once
-            assert torch.equal(metric.hist, _reference(preds[:start], target[:start], dtype))
-    assert torch.equal(metric.hist, _reference(preds, target, dtype))
-    assert torch.equal(metric.hist, _reference(preds, target, dtype))  # a second read adds nothing
+        if i % 37 == 0 or p.shape[0] > 100:  # counted now and then: what is held counts once
+            assert torch.equal(_counted(metric), _reference(preds[:start], target[:start], dtype))
+    assert torch.equal(_counted(metric), _reference(preds, target, dtype))
+    assert torch.equal(_counted(metric), _reference(preds, target, dtype))  # a second read adds nothing
     rounded = preds.to(dtype).double()
     assert float(metric.compute()) == pytest.approx(f32(roc_auc_score(target, rounded)), abs=1e-12)
     whole = tv.VarlenAUROC(thresholds=dtype)
@@ -87,7 +96,7 @@ def test_held_batches_in_any_order_give_the_same_state() -> None:
     batches = _batches(preds, target)
     forward = _fed(lambda: tv.VarlenAveragePrecision(thresholds=torch.bfloat16), batches)
     backward = _fed(lambda: tv.VarlenAveragePrecision(thresholds=torch.bfloat16), batches[::-1])
-    assert torch.equal(forward.hist, backward.hist)
+    assert torch.equal(_counted(forward), _counted(backward))
     expected = f32(average_precision_score(target, preds.to(torch.bfloat16).double()))
     assert float(forward.compute()) == pytest.approx(expected, abs=1e-12)
 
@@ -102,10 +111,10 @@ def test_reset_drops_what_is_held(dtype: torch.dtype) -> None:
     for p, t in batches[50:]:
         metric.update(p, t)
     tail = sum(p.shape[0] for p, _ in batches[:50])
-    assert torch.equal(metric.hist, _reference(preds[tail:], target[tail:], dtype))
+    assert torch.equal(_counted(metric), _reference(preds[tail:], target[tail:], dtype))
     metric.update(*batches[0])
     metric.reset()  # a reset right after a held batch, then nothing: an empty state
-    assert not metric.hist.any()
+    assert not _counted(metric).any()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -122,7 +131,7 @@ def test_state_dict_round_trip_with_held_batches(dtype: torch.dtype) -> None:
     for metric in (saved, loaded):
         for p, t in batches[100:]:
             metric.update(p, t)
-    assert torch.equal(loaded.hist, _reference(preds, target, dtype))
+    assert torch.equal(_counted(loaded), _reference(preds, target, dtype))
     assert torch.equal(saved.compute(), loaded.compute())
 
 
@@ -140,7 +149,7 @@ def test_copies_and_pickles_with_held_batches(dtype: torch.dtype) -> None:
         metric.update(p, t)
         start += p.shape[0]
         snapshot = metric.clone()
-        assert torch.equal(snapshot.hist, _reference(preds[:start], target[:start], dtype))
+        assert torch.equal(_counted(snapshot), _reference(preds[:start], target[:start], dtype))
     copies = [
         copy.deepcopy(metric),
         pickle.loads(pickle.dumps(metric)),
@@ -152,7 +161,7 @@ def test_copies_and_pickles_with_held_batches(dtype: torch.dtype) -> None:
     whole = tv.VarlenAUROC(thresholds=dtype)
     whole.update(preds, target)
     for m in (metric, *copies):
-        assert torch.equal(m.hist, _reference(preds, target, dtype))
+        assert torch.equal(_counted(m), _reference(preds, target, dtype))
         assert torch.equal(m.compute(), whole.compute())
 
 
@@ -168,7 +177,7 @@ def test_inputs_changed_in_place_after_update_change_nothing() -> None:
         metric.update(buffer_p, buffer_t)
     buffer_p.fill_(0.5)
     buffer_t.fill_(True)
-    assert torch.equal(metric.hist, _reference(preds, target, torch.bfloat16))
+    assert torch.equal(_counted(metric), _reference(preds, target, torch.bfloat16))
 
 
 def test_forward_and_multiclass_multilabel_hold_exactly() -> None:
@@ -289,3 +298,21 @@ def test_class_histogram_into_is_the_one_hot_count() -> None:
         got = _hist.class_histogram_into(torch.zeros(5, 2, 65536, dtype=torch.int64), preds, classes, dtype)
         for k in range(5):
             assert torch.equal(got[k], _reference(preds[:, k], classes == k, dtype))
+
+
+def test_reading_the_states_writes_nothing() -> None:
+    """``hist`` and the held batches are plain states: reading them (as torchmetrics, Lightning or a user does) changes
+    neither; the held batches are counted by ``compute()`` (and the sync), and the value is the one of all batches.
+    """
+    preds, target = _data(640, 8)
+    metric = tv.VarlenAUROC(thresholds=torch.bfloat16)
+    for start in range(0, 640, 64):
+        metric.update(preds[start : start + 64], target[start : start + 64])
+    hist, held = metric.hist.clone(), [p.clone() for p in metric.held_scores]
+    assert len(held) == 10 and not hist.any()  # ten small batches, all held
+    for _ in range(2):
+        assert torch.equal(metric.hist, hist)
+        assert [p.shape for p in metric.held_scores] == [p.shape for p in held]
+    rounded = preds.to(torch.bfloat16).double()
+    assert float(metric.compute()) == pytest.approx(f32(roc_auc_score(target, rounded)), abs=1e-12)
+    assert torch.equal(metric.hist, _reference(preds, target, torch.bfloat16)) and not metric.held_scores

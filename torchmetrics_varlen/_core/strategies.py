@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._core.dedup import SyncReport, copy_scores, dedup_order
+from torchmetrics_varlen._core.held import HELD, count_held
 from torchmetrics_varlen._core.ledger import Ledger
 from torchmetrics_varlen._core.seam import Payload
 from torchmetrics_varlen._dist.exchange import (
@@ -180,15 +181,20 @@ class Summed(ComputeStrategy):
         """Declare the summed state, its default the zeros of the mode's layout."""
         default = empty_state(host.mode, host.task, host._width, n_thresholds)
         host.add_state(self.state, default=default, dist_reduce_fx="sum")
+        if self.state == "hist":  # the 16-bit mode's held batches (``_core/held.py``)
+            for name in HELD:
+                host.add_state(name, default=[], dist_reduce_fx="cat")
 
     def state_names(self, host: Host) -> tuple[str, ...]:
-        """No row states: the summed one."""
-        return (self.state,)
+        """No row states: the summed one (and the 16-bit mode's held batches)."""
+        return (self.state, *HELD) if self.state == "hist" else (self.state,)
 
     def payload(self, host: Host) -> Payload:
         """The summed state as float64 (counts below 2**53 exactly), so that ranks with weighted float64 sums and
         ranks that saw no batch yet (int64 zeros) agree on the dtype; unweighted counts come back as int64.
         """
+        if self.state == "hist":
+            count_held(host)  # the 16-bit mode's held batches, counted before the histogram is sent
         summed = {self.state: cast(Tensor, getattr(host, self.state)).double()}
         device = summed[self.state].device
         return Payload(cat={}, device=device, summed=summed, info=self.info(host), modes=modes(host))
@@ -196,6 +202,8 @@ class Summed(ComputeStrategy):
     def problems(self, host: Host, with_scores: bool) -> list[Problem]:
         """The problems of the summed state (ordered and counted already)."""
         host._report(None)
+        if self.state == "hist":
+            count_held(host)  # the 16-bit mode's held batches, counted before the histogram is read
         return counted_problems(host.mode, getattr(host, self.state), host._split, host.thresholds, with_scores)
 
     def weighted_problems(self, host: Host) -> list[WeightedProblem]:

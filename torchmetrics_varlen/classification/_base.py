@@ -27,7 +27,6 @@ from torchmetrics_varlen._core.batch import (
     take_batch,
 )
 from torchmetrics_varlen._core.dedup import SyncReport
-from torchmetrics_varlen._core.held import HeldHistogram, count_held, drop_held
 from torchmetrics_varlen._core.ledger import Ledger, warning_compute
 from torchmetrics_varlen._core.seam import SHARED_SYNCS, CheckedIn, Gathered, GuardedMetric, Payload, SyncRequest
 from torchmetrics_varlen._core.sharded import Sharded
@@ -89,6 +88,8 @@ class _VarlenMetric(GuardedMetric):
     weight: list[Tensor]
     confmat: Tensor
     hist: Tensor
+    held_scores: list[Tensor]
+    held_labels: list[Tensor]
     num_samples: Tensor
     rows_seen: Tensor
     padding_dropped: Tensor
@@ -337,16 +338,10 @@ class _VarlenMetric(GuardedMetric):
 
     def reset(self) -> None:
         """Forget every sample (``forward`` resets internally too: it passes the position explicitly)."""
-        drop_held(self)  # 16-bit batches held back (``_core/held.py``): replaced with the state, not counted first
         super().reset()
         if not self._in_forward:  # forward keeps the epoch's sampler positions (it passes the start itself)
             self._ledger.reset()
         SHARED_SYNCS.clear()
-
-    def __getstate__(self) -> dict[str, Any]:
-        """As the base's, the held 16-bit batches counted first: a copy holds none (``_core/held.py``)."""
-        count_held(self)
-        return super().__getstate__()
 
     def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool) -> None:
         super()._save_to_state_dict(destination, prefix, keep_vars)
@@ -364,7 +359,6 @@ def _rows_of(preds: Any) -> int:
     return (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
 
 
-_VarlenMetric.hist = HeldHistogram()  # type: ignore[assignment]  # 16-bit: small batches counted when it is read
 
 
 def choose_strategy(mode: Mode, compute_on_rank: int | None, compute_sharded: bool) -> ComputeStrategy:
