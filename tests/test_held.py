@@ -309,10 +309,12 @@ def test_reading_the_states_writes_nothing() -> None:
     for start in range(0, 640, 64):
         metric.update(preds[start : start + 64], target[start : start + 64])
     hist, held = metric.hist.clone(), [p.clone() for p in metric.held_scores]
-    assert len(held) == 10 and not hist.any()  # ten small batches, all held
+    assert len(held) == 10
+    assert not hist.any()
     for _ in range(2):
         assert torch.equal(metric.hist, hist)
         assert [p.shape for p in metric.held_scores] == [p.shape for p in held]
     rounded = preds.to(torch.bfloat16).double()
     assert float(metric.compute()) == pytest.approx(f32(roc_auc_score(target, rounded)), abs=1e-12)
-    assert torch.equal(metric.hist, _reference(preds, target, torch.bfloat16)) and not metric.held_scores
+    assert torch.equal(metric.hist, _reference(preds, target, torch.bfloat16))
+    assert not metric.held_scores
