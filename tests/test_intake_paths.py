@@ -16,8 +16,10 @@ from _float32 import expit, softmax
 from sklearn.metrics import roc_auc_score
 
 from torchmetrics_varlen import VarlenAUROC, VarlenMulticlassAUROC
-from torchmetrics_varlen._core.batch import _columns, expand_per_sample, sample_shape
-from torchmetrics_varlen._core.batch import zeros_view as _zeros
+from torchmetrics_varlen._core.columns import columns as _columns
+from torchmetrics_varlen._core.columns import columns_shape as sample_shape
+from torchmetrics_varlen._core.columns import expand_per_sample
+from torchmetrics_varlen._core.columns import zeros_view as _zeros
 from torchmetrics_varlen.functional._tasks import (
     _score_range,
     check_inputs,

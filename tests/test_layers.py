@@ -10,6 +10,7 @@ import torch
 
 import torchmetrics_varlen
 from torchmetrics_varlen import VarlenAUROC, VarlenAveragePrecision, VarlenROC
+from torchmetrics_varlen._core.held import HELD
 from torchmetrics_varlen._core.sharded import Sharded
 from torchmetrics_varlen._core.strategies import GatherToAll, GatherToOne, Summed
 
@@ -78,11 +79,12 @@ def test_no_import_circle() -> None:
 def test_one_strategy_chosen_in_the_constructor(make: object, strategy: type, joins: bool) -> None:
     """Each configuration gets its strategy object once; the sync seam asks it, never the flags."""
     metric = make()  # type: ignore[operator]
-    assert type(metric._compute) is strategy
+    assert type(metric._strategy) is strategy
     assert metric._joins_collection_sync() is joins
-    names = metric._compute.state_names(metric)
+    names = metric._strategy.state_names(metric)
     if strategy is Summed:
-        assert names == (metric.mode.state_name,)
+        held = HELD if metric.mode.state_name == "hist" else ()  # the 16-bit mode's held batches
+        assert names == (metric.mode.state_name, *held)
         assert metric._sync_payload().cat == {}
     else:
         assert names[:4] == ("preds", "target", "ids", "ids_sub")

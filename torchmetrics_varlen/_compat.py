@@ -61,6 +61,27 @@ TORCHMETRICS_ATTRIBUTES = (
 set_grad_mode: Callable[[bool], None] = torch._C._set_grad_enabled
 
 
+def own_update(metric: Any) -> Callable[..., Any] | None:
+    """The metric's class ``update`` bound to it when its ``update`` attribute is torchmetrics' own update wrapper of
+    that method, on a metric that sets its attributes as torchmetrics does; ``None`` otherwise.
+
+    torchmetrics' ``Metric.__init__`` sets ``self.update = self._wrap_update(self.update)``, and
+    ``Metric._wrap_update`` builds the wrapper with ``functools.wraps``, whose ``__wrapped__`` is the method it wraps:
+    so a class that keeps ``Metric._wrap_update`` and ``Metric.__setattr__``, whose instance attribute ``update``
+    wraps the class's ``update`` bound to this very metric, calls that method through torchmetrics' bookkeeping only
+    (a wrapper a user set over it wraps the wrapper instead, and gives ``None``).
+    """
+    from torchmetrics import Metric
+
+    cls: Any = type(metric)
+    if cls._wrap_update is not Metric._wrap_update or cls.__setattr__ is not Metric.__setattr__:
+        return None
+    bound = getattr(metric.__dict__.get("update"), "__wrapped__", None)
+    if getattr(bound, "__self__", None) is not metric or getattr(bound, "__func__", None) is not cls.update:
+        return None
+    return bound
+
+
 def default_group() -> Any:
     """The default process group (``init_process_group``'s)."""
     return dist.distributed_c10d._get_default_group()

@@ -27,7 +27,6 @@ from torchmetrics_varlen.wrappers import Varlen
 
 _LEDGER = "#ledger."  # the prefix of the collection's counters in its first part's metadata
 # Plain attributes the collection (and torchmetrics' MetricCollection) sets per update.
-_PLAIN = frozenset(("_sync_version", "_ledger_info", "_mode", "_state_is_copy", "_in_update"))
 
 
 def _adopt(name: str, metric: Metric) -> Metric:
@@ -104,12 +103,6 @@ class VarlenCollection(MetricCollection):
         self.sync_report: SyncReport | None = None
         self._sync_epoch = 0  # reset() calls so far: the joint sync's epoch
         self._sync_version = 0  # update() / forward() calls since: changes whenever the states do
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _PLAIN:  # what nn.Module.__setattr__ would do for them, without its checks (per update)
-            object.__setattr__(self, name, value)
-        else:
-            super().__setattr__(name, value)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """A copy (``clone``, ``deepcopy``, unpickling) is a new collection: a new sync identity."""

@@ -12,9 +12,10 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
+from torchmetrics_varlen._core.batch import run_update, wrap_update
 from torchmetrics_varlen._core.dedup import SyncReport
 from torchmetrics_varlen._core.ledger import Ledger, warning_compute
-from torchmetrics_varlen._core.seam import Gathered, GuardedMetric, Mode, Payload
+from torchmetrics_varlen._core.seam import Agreed, Gathered, GuardedMetric, Payload
 from torchmetrics_varlen._core.states import (
     UNITS,
     as_rows,
@@ -30,10 +31,9 @@ from torchmetrics_varlen._core.wrapped import (
     list_states,
     wrappable,
 )
-from torchmetrics_varlen._core.wrapped_batch import PLAN_KEY, UNITS_KEY, run_update, take_wrapped_batch
+from torchmetrics_varlen._core.wrapped_batch import PLAN_KEY, UNITS_KEY, take_wrapped_batch
 
 _OWN: tuple[str, str, str, str] = ("varlen_ids", "varlen_rows", "varlen_padding", "varlen_rejected")
-_PLAIN = frozenset(("_computed", "_update_count", "_forward_cache"))  # plain attributes torchmetrics sets per update
 _IDS = "#ids"  # the wire name of the ids (never a state name of the wrapped metric)
 _COMPUTE_WARNING = r"The ``compute`` method of metric"
 _UNIT_MODE = "{} per sample"  # the sync's mode of each list state: what a sample adds to it (``_states.UNITS``)
@@ -126,9 +126,6 @@ class Varlen(GuardedMetric):
         return super().__getattr__(name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in _PLAIN:  # what nn.Module.__setattr__ would do for them, without its checks (per update)
-            object.__setattr__(self, name, value)
-            return
         proxied = self.__dict__.get("_proxied")
         if proxied is not None and name in proxied:
             setattr(self.__dict__["_modules"]["metric"], name, value)
@@ -174,15 +171,7 @@ class Varlen(GuardedMetric):
         is set only when it differs, and :meth:`update`'s body runs inside it.
         """
         if getattr(update, "__func__", None) is not Varlen.update or getattr(update, "__self__", None) is not self:
-
-            @functools.wraps(update)
-            def wrapped_other(*args: Any, **kwargs: Any) -> None:  # a subclass's own update
-                state = self.__dict__
-                state["_computed"] = None
-                state["_update_count"] += 1
-                run_update(self, update, args, kwargs)
-
-            return wrapped_other
+            return wrap_update(self, update)  # a subclass's own update
 
         @functools.wraps(update)
         def wrapped_update(*args: Any, sample_ids: Tensor | None = None, **kwargs: Any) -> None:
@@ -258,10 +247,10 @@ class Varlen(GuardedMetric):
         cat[_IDS] = list(self.varlen_ids) or [torch.zeros(0, dtype=torch.int64, device=device)]
         ids_mode = self._dedup_mode() == "ids"
         units = self._stored_units() if ids_mode else {}
-        modes = {"dedup": Mode(self._dedup_mode(), ("none", "ids"))}
+        modes = {"dedup": Agreed(self._dedup_mode(), ("none", "ids"))}
         for name in sorted(inner._defaults):
             if isinstance(inner._defaults[name], list):  # what a sample adds to it: the ranks must agree
-                modes[_UNIT_MODE.format(name)] = Mode(units.get(name) or None, UNITS)
+                modes[_UNIT_MODE.format(name)] = Agreed(units.get(name) or None, UNITS)
         return Payload(cat=cat, device=device, info=self._local_info(), modes=modes)
 
     def _stored_units(self) -> dict[str, str]:
@@ -377,4 +366,3 @@ class Varlen(GuardedMetric):
     def plot(self, val: Any = None, ax: Any = None) -> Any:
         """The wrapped metric's plot of ``val`` (default: the synced value of :meth:`compute`)."""
         return self.metric.plot(val if val is not None else self.compute(), ax=ax)
-

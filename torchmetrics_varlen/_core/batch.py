@@ -6,13 +6,16 @@ positions, padding cut, ids range and dedup mode are the ledger's (``_core/ledge
 
 from __future__ import annotations
 
-import math
+import functools
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from torchmetrics_varlen._compat import set_grad_mode
+from torchmetrics_varlen._core.columns import _ZEROS, columns, columns_shape, zeros_view
 from torchmetrics_varlen._core.held import hold, owned_state
 from torchmetrics_varlen._core.seam import SHARED_SYNCS
 from torchmetrics_varlen.functional._count import binned_confmat, count_into
@@ -27,51 +30,6 @@ from torchmetrics_varlen.functional._tasks import (
 )
 from torchmetrics_varlen.functional._weighted import _split as weighted_columns
 from torchmetrics_varlen.functional._weighted import check_sample_weight
-
-
-def sample_shape(task: str, preds: Tensor, target: Tensor) -> torch.Size:
-    """Shape of the samples of one batch (what one id or one group label can be given for)."""
-    if task == "multiclass":
-        return target.shape
-    if task == "multilabel":
-        return target.shape[:1] + target.shape[2:]
-    return preds.shape
-
-
-def _per_element(values: Tensor, shape: torch.Size) -> tuple[Tensor, Tensor]:
-    """Expand per-row ``values`` over a sample shape: ``(flat values, position within the row)``."""
-    if values.shape == shape:
-        flat = values if values.ndim == 1 else values.reshape(-1)
-        return flat, zeros_view(flat.shape[0], flat.device)
-    width = math.prod(shape[1:])
-    flat = values.repeat_interleave(width)
-    sub = torch.arange(width, dtype=torch.int32, device=values.device).repeat(shape[0])
-    return flat, sub
-
-
-def expand_per_sample(
-    extras: dict[str, Tensor], sample_ids: Tensor | None, shape: torch.Size, device: torch.device
-) -> dict[str, Tensor]:
-    """Per-sample integer states (``ids`` with ``ids_sub``, extras such as groups), one value per element."""
-    if sample_ids is not None and not extras:  # the common case (int64 ids, one per sample), without the loop
-        ids = sample_ids
-        if ids.dtype != torch.int64 or ids.device != device:
-            ids = ids.to(device=device, dtype=torch.int64)
-        if ids.ndim == 1 and ids.shape == shape:
-            return {"ids": ids, "ids_sub": zeros_view(ids.shape[0], device)}
-        flat, sub = _per_element(ids, shape)
-        return {"ids": flat, "ids_sub": sub}
-    per_row = dict(extras)
-    if sample_ids is not None:
-        per_row["ids"] = sample_ids
-    expanded: dict[str, Tensor] = {}
-    for name, values in per_row.items():
-        values = values.long() if values.device == device else values.to(device=device, dtype=torch.int64)
-        flat, sub = _per_element(values, shape)
-        expanded[name] = flat
-        if name == "ids":
-            expanded["ids_sub"] = sub
-    return expanded
 
 
 def _mode_kept(metric: Any, name: str, given: bool) -> bool:
@@ -111,7 +69,7 @@ def check_batch(
     if m.validate_args:
         in_unit = check_inputs(preds, target, m.task, m.num_classes, m.num_labels, m.ignore_index, m.normalization)
         if sample_ids is not None or extras:
-            shape = sample_shape(m.task, preds, target)
+            shape = columns_shape(m.task, preds, target)
             size = m._ledger.dataset_size
             if sample_ids is not None and not sample_ids_fit(sample_ids, shape, size):  # else: the full checks
                 need_high = size is not None  # the highest id is checked against it
@@ -152,31 +110,6 @@ def _weighted_count(metric: Any, scores: Tensor, labels: Tensor, weight: Tensor)
     if m.task == "binary":
         return parts[0]
     return torch.stack(parts, dim=m.mode.class_dim)
-
-
-_CPU = torch.device("cpu")
-
-
-def _columns(
-    task: str, preds: Tensor, target: Tensor, ids: Tensor | None, extras: dict[str, Tensor]
-) -> dict[str, Tensor]:
-    """The per-sample integer columns of a batch (:func:`expand_per_sample`); the common batch (binary scores, int64
-    ids on the CPU, one per score) without its steps.
-    """
-    if ids is None and not extras:
-        return {}
-    if (
-        ids is not None
-        and not extras
-        and task == "binary"
-        and ids.dtype == torch.int64
-        and ids.is_cpu
-        and preds.is_cpu
-        and preds.ndim == 1
-        and ids.shape == preds.shape
-    ):
-        return {"ids": ids, "ids_sub": zeros_view(ids.shape[0], _CPU)}
-    return expand_per_sample(extras, ids, sample_shape(task, preds, target), preds.device)
 
 
 # A collection's members check a batch before any of them takes it (``VarlenCollection``: all or nothing across
@@ -256,7 +189,7 @@ def _store(
     in_unit: bool | None,
 ) -> int:
     """Format a checked (and cut) batch and add it to the metric's states; the number of samples stored."""
-    expanded = _columns(m.task, preds, target, sample_ids, extras)
+    expanded = columns(m.task, preds, target, sample_ids, extras) if sample_ids is not None or extras else {}
     if sample_weight is not None:
         expanded["weight"] = check_sample_weight(sample_weight, preds, target, m.task)
     # Whether the scores lie in [0, 1], when the checks read it: the normalisation's own test would say the same.
@@ -275,6 +208,57 @@ def _store(
         counted = _weighted_count(m, scores, labels, expanded["weight"])
         setattr(m, m._summed, getattr(m, m._summed).to(torch.float64) + counted)
     return int(scores.shape[0])
+
+
+def device_error(metric: Any, err: RuntimeError) -> None:
+    """Raise torchmetrics' message for inputs on another device than the metric (its update wrapper's), if ``err``
+    is that case.
+    """
+    if "Expected all tensors to be on" in str(err):
+        name = type(metric).__name__
+        msg = (
+            "Encountered different devices in metric calculation (see stacktrace for details). This could be due to"
+            f" the metric class not being on the same device as input. Instead of `metric={name}(...)` try to do"
+            f" `metric={name}(...).to(device)` where device corresponds to the device of the input."
+        )
+        raise RuntimeError(msg) from err
+
+
+def run_update(metric: Any, update: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """The body of torchmetrics' update wrapper (``Metric._wrap_update``) after its two counters: ``update`` under the
+    metric's grad mode (set, and put back, only when it differs: what torchmetrics' ``set_grad_enabled`` context
+    does), its message for tensors on different devices, and the move of the list states to the CPU.
+    """
+    enable = metric._enable_grad
+    previous = torch.is_grad_enabled()
+    try:
+        if previous != enable:
+            set_grad_mode(enable)
+        update(*args, **kwargs)
+    except RuntimeError as err:
+        device_error(metric, err)
+        raise
+    finally:
+        if torch.is_grad_enabled() != previous:
+            set_grad_mode(previous)
+    if metric.compute_on_cpu:
+        metric._move_list_states_to_cpu()
+
+
+def wrap_update(metric: Any, update: Callable[..., Any]) -> Callable[..., Any]:
+    """Torchmetrics' update wrapper (``_computed`` cleared, the count, the grad mode, its device error, the move to
+    the CPU) around ``update``, its two attributes written as plain instance attributes (``Metric.__setattr__``
+    costs about a microsecond a call) and the grad mode set only when it differs.
+    """
+
+    @functools.wraps(update)
+    def wrapped_update(*args: Any, **kwargs: Any) -> None:
+        state = metric.__dict__
+        state["_computed"] = None
+        state["_update_count"] += 1
+        run_update(metric, update, args, kwargs)
+
+    return wrapped_update
 
 
 # ---------------------------------------------------------------- stored pieces, merged as they arrive
@@ -302,29 +286,6 @@ FAN_IN = 64  # pieces merged at a time (torch.cat costs ~0.2 us per piece; its f
 MAX_ELEMENTS = 1 << 17  # scores a merged piece may hold: merging pays while pieces average under 2,048 scores
 _KEY = "_varlen_pieces"  # (pieces appended since the count started, length of the row states after the last one)
 _NONE = (0, -1)
-
-
-_ZEROS: dict[torch.device, Tensor] = {}  # per device: the shared int32 zeros the views below are made of
-_ZERO_VIEWS: dict[tuple[torch.device, int], Tensor] = {}  # the views handed out, by device and length
-
-
-def zeros_view(n: int, device: torch.device) -> Tensor:
-    """``n`` int32 zeros (the ``ids_sub`` of one-element samples): a view of one shared buffer per device, not an
-    allocation per batch (stored pieces are never modified in place); the view itself is made once per length.
-    Pieces that are all such views merge into one such view (:func:`_merge_tail`), without a copy.
-    """
-    view = _ZERO_VIEWS.get((device, n))
-    if view is not None:
-        return view
-    zeros = _ZEROS.get(device)
-    if zeros is None or zeros.numel() < n:
-        size = max(n, 4096, 2 * zeros.numel() if zeros is not None else 0)
-        zeros = _ZEROS[device] = torch.zeros(size, dtype=torch.int32, device=device)
-        _ZERO_VIEWS.clear()  # views of the old buffer are not handed out again (they no longer merge as views)
-    if len(_ZERO_VIEWS) >= 256:  # many batch sizes: start over rather than grow without bound
-        _ZERO_VIEWS.clear()
-    view = _ZERO_VIEWS[(device, n)] = zeros[:n]
-    return view
 
 
 def _zeros_merged(pieces: list[Tensor]) -> Tensor | None:

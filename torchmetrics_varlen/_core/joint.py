@@ -20,7 +20,7 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from torchmetrics_varlen._core.seam import Payload
-from torchmetrics_varlen._dist.exchange import CheckedIn, Gathered, Layout, Mode, RankMeta, SyncRequest, sync_states
+from torchmetrics_varlen._dist.exchange import Agreed, CheckedIn, Gathered, Layout, RankMeta, SyncRequest, sync_states
 
 _ALIAS = "#alias"  # counter of every part: the index of the part whose rows it takes on this rank, -1 for its own
 
@@ -36,7 +36,7 @@ def sync_together(request: SyncRequest, parts: dict[str, Payload], aliases: dict
     cat: dict[str, list[Tensor]] = {}
     summed: dict[str, Tensor] = {}
     info: dict[str, int] = {}
-    modes: dict[str, Mode] = {}
+    modes: dict[str, Agreed] = {}
     for key, part in parts.items():
         source = aliases.get(key)
         rows = part.cat if source is None else {n: [p[:0] for p in pieces[:1]] for n, pieces in part.cat.items()}

@@ -201,12 +201,6 @@ class Ledger:
         rank, world = group_position(process_group)
         return sampler_kept_rows(start, rows, rank, world, self.dataset_size - self.base)
 
-    def accepted(self, host: Any) -> int:
-        """Rows of the batches taken since ``reset()`` (loaded ones included); refused batches are not among them."""
-        if self.counters is None:
-            return self.own[0]
-        return self.count(host, self.counters[0])
-
     def stored_mode(self, host: Any, mode: str, column: bool, rows: bool | None = None) -> str | None:
         """The mode (``"ids"``, ``"weights"``) the epoch's first *accepted* batch decided: ``mode`` when the stored
         rows hold the column (``column``), ``"none"`` once rows were taken without it (``rows``; ``None``: the
@@ -215,8 +209,8 @@ class Ledger:
         """
         if column:
             return mode
-        if rows is None:
-            rows = self.accepted(host) > 0
+        if rows is None:  # rows of the batches taken since ``reset()`` (loaded ones included)
+            rows = (self.own[0] if self.counters is None else self.count(host, self.counters[0])) > 0
         return "none" if rows else None
 
     def reset(self) -> None:

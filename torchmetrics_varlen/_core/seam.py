@@ -27,7 +27,14 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from torchmetrics_varlen._core.snapshot import forward_snapshot, restore_forward
-from torchmetrics_varlen._dist.exchange import CheckedIn, Gathered, Mode, SyncRequest, check_in_states, exchange_states
+from torchmetrics_varlen._dist.exchange import (
+    Agreed,
+    CheckedIn,
+    Gathered,
+    SyncRequest,
+    check_in_states,
+    exchange_states,
+)
 from torchmetrics_varlen._dist.group import GroupLayout, distributed_available, group_position
 from torchmetrics_varlen._dist.guard import identity_qualifier, new_identity
 
@@ -38,7 +45,7 @@ __all__ = [
     "Gathered",
     "GroupLayout",
     "GuardedMetric",
-    "Mode",
+    "Agreed",
     "Payload",
     "SyncRequest",
     "distributed_available",
@@ -59,7 +66,7 @@ class Payload:
     device: torch.device
     summed: dict[str, Tensor] = field(default_factory=dict)
     info: dict[str, int] = field(default_factory=dict)
-    modes: dict[str, Mode] = field(default_factory=dict)
+    modes: dict[str, Agreed] = field(default_factory=dict)
     dst: int | None = None
 
 
@@ -186,7 +193,7 @@ class GuardedMetric(Metric):
         """Whether a collection-level sync may fetch this metric's states (not when it gathers to one rank)."""
         return True
 
-    def _strategy(self, compute: Callable[..., Any]) -> Callable[..., Any]:
+    def _synced_compute(self, compute: Callable[..., Any]) -> Callable[..., Any]:
         """The computation run inside torchmetrics' compute wrapper (default: ``compute`` itself)."""
         return compute
 
@@ -313,7 +320,7 @@ class GuardedMetric(Metric):
         Plus: no "compute before update" warning on a rank that legitimately saw no data, and if the computation
         fails after the sync, the states are put back.
         """
-        wrapped = super()._wrap_compute(self._strategy(compute))
+        wrapped = super()._wrap_compute(self._synced_compute(compute))
 
         @functools.wraps(compute)
         def wrapped_compute(*args: Any, **kwargs: Any) -> Any:

@@ -4,7 +4,7 @@ Architecture: a metric (``_base.py``) holds its states and validates batches; it
 ``update``: the states it keeps (rows or one summed state), its payload (what this rank sends), its exchange (what
 moves at the sync) and its compute (what runs inside torchmetrics' compute wrapper, after the sync). The metric's
 sync hooks (``_VarlenMetric`` in ``classification/_base.py``, on :class:`~torchmetrics_varlen._core.seam.GuardedMetric`)
-hand each step to the strategy (``self._compute``) or to the functions below, which hold what every strategy shares:
+hand each step to the strategy (``self._strategy``) or to the functions below, which hold what every strategy shares:
 installing what the sync returns (:func:`receive`), the compute-group key (:func:`share_key`), the compute after the
 sync (:func:`strategy_compute`), the rows to evaluate (:func:`evaluated`) and the report (:func:`report`).
 
@@ -33,14 +33,12 @@ from torchmetrics_varlen._core.ledger import Ledger
 from torchmetrics_varlen._core.seam import Payload
 from torchmetrics_varlen._dist.exchange import (
     INFO_NUM_SAMPLES,
+    Agreed,
     CheckedIn,
     Gathered,
     Info,
     SyncRequest,
     broadcast_value,
-)
-from torchmetrics_varlen._dist.exchange import (
-    Mode as ModeChoice,
 )
 from torchmetrics_varlen._dist.group import distributed_available as group_initialised
 from torchmetrics_varlen._dist.group import group_position
@@ -70,7 +68,7 @@ class Host(Protocol):
     _sync_identity: str
     _checked: CheckedIn | None
     _synced_info: list[Info] | None
-    _compute: ComputeStrategy
+    _strategy: ComputeStrategy
     _config: dict[str, Any]
     _ledger: Ledger
     _in_forward: bool
@@ -133,9 +131,9 @@ class ComputeStrategy:
         return weighted_problems(host.mode, rows["preds"], rows["target"], rows["weight"], host._split, None)
 
 
-def modes(host: Host) -> dict[str, ModeChoice]:
+def modes(host: Host) -> dict[str, Agreed]:
     """The settings every rank must agree on once decided: dedup by ids or not, weighted or not."""
-    return {"dedup": ModeChoice(host._dedup_mode(), _DEDUP), "weights": ModeChoice(host._weight_mode(), _WEIGHTS)}
+    return {"dedup": Agreed(host._dedup_mode(), _DEDUP), "weights": Agreed(host._weight_mode(), _WEIGHTS)}
 
 
 class GatherToAll(ComputeStrategy):
@@ -233,7 +231,7 @@ def receive(host: Host, result: Gathered) -> None:
 
 def share_key(host: Host) -> tuple[list[Any], str]:
     """The compute-group key: the metric's data states and the configuration that decides what a sync moves."""
-    names = host._compute.state_names(host)
+    names = host._strategy.state_names(host)
     state_config = {k: v for k, v in host._config.items() if k in _STATE_CONFIG}
     return [getattr(host, n) for n in names], repr(sorted(state_config.items()))
 
@@ -248,7 +246,7 @@ def strategy_compute(host: Host, compute: Compute) -> Compute:
         checked = host._checked
         if not host._is_synced or checked is None:
             return compute(*args, **kwargs)
-        return host._compute.compute(host, checked, compute, *args, **kwargs)
+        return host._strategy.compute(host, checked, compute, *args, **kwargs)
 
     return run
 

@@ -15,7 +15,8 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from torchmetrics_varlen._compat import set_grad_mode
+from torchmetrics_varlen._compat import own_update
+from torchmetrics_varlen._core.batch import run_update
 from torchmetrics_varlen._core.ledger import Batch, Ledger
 from torchmetrics_varlen._core.snapshot import forward_snapshot, restore_forward
 from torchmetrics_varlen._core.states import ROW, stored_unit
@@ -32,42 +33,6 @@ from torchmetrics_varlen._core.wrapped import (
 
 PLAN_KEY = "_varlen_plan"  # the wrapper's UpdatePlan of its metric, in its __dict__ (not pickled: made again)
 UNITS_KEY = "_varlen_units"  # with ids: what each list state of the metric holds per sample (``_states.ROW`` ...)
-_WRAPPER_CODE = Metric._wrap_update(None, print).__code__  # type: ignore[arg-type]  # torchmetrics' update wrapper
-
-
-def device_error(metric: Metric, err: RuntimeError) -> None:
-    """Raise torchmetrics' message for inputs on another device than the metric (its update wrapper's), if ``err``
-    is that case.
-    """
-    if "Expected all tensors to be on" in str(err):
-        name = type(metric).__name__
-        msg = (
-            "Encountered different devices in metric calculation (see stacktrace for details). This could be due to"
-            f" the metric class not being on the same device as input. Instead of `metric={name}(...)` try to do"
-            f" `metric={name}(...).to(device)` where device corresponds to the device of the input."
-        )
-        raise RuntimeError(msg) from err
-
-
-def run_update(metric: Metric, update: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """The body of torchmetrics' update wrapper (``Metric._wrap_update``) after its two counters: ``update`` under the
-    metric's grad mode (set, and put back, only when it differs: what torchmetrics' ``set_grad_enabled`` context
-    does), its message for tensors on different devices, and the move of the list states to the CPU.
-    """
-    enable = metric._enable_grad
-    previous = torch.is_grad_enabled()
-    try:
-        if previous != enable:
-            set_grad_mode(enable)
-        update(*args, **kwargs)
-    except RuntimeError as err:
-        device_error(metric, err)
-        raise
-    finally:
-        if torch.is_grad_enabled() != previous:
-            set_grad_mode(previous)
-    if metric.compute_on_cpu:
-        metric._move_list_states_to_cpu()
 
 
 def keep_units(
@@ -103,12 +68,7 @@ class UpdatePlan:
         self.states: Callable[[Metric], tuple[Any, ...]] = get if len(self.names) != 1 else lambda m: (get(m),)
         self.wrapper = inner.__dict__.get("update")
         self.custom = reductions_by_id(inner)
-        bound = getattr(self.wrapper, "__wrapped__", None)
-        cls = type(inner)
-        plain = cls._wrap_update is Metric._wrap_update and cls.__setattr__ is Metric.__setattr__
-        own = getattr(self.wrapper, "__code__", None) is _WRAPPER_CODE and getattr(bound, "__self__", None) is inner
-        ours = plain and own and getattr(bound, "__func__", None) is cls.update
-        self.method: Callable[..., Any] | None = bound if ours else None
+        self.method: Callable[..., Any] | None = own_update(inner)  # ``_compat.py``: how it is recognised
 
     def update(self, inner: Metric, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """The wrapped metric's update of one batch: its class's ``update`` with torchmetrics' bookkeeping when

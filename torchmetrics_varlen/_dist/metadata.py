@@ -25,10 +25,10 @@ from torchmetrics_varlen._dist.guard import Ticket, check_in
 from torchmetrics_varlen._dist.records import (
     _DTYPES,
     _MAX_DIMS,
+    Agreed,
     CheckedIn,
     Info,
     Layout,
-    Mode,
     Outbox,
     RankMeta,
     StateLayout,
@@ -52,7 +52,7 @@ def check_in_states(
     *,
     device: torch.device,
     info: Info | None = None,
-    modes: dict[str, Mode] | None = None,
+    modes: dict[str, Agreed] | None = None,
     pack: bool = True,
 ) -> CheckedIn:
     """The check-in and the metadata all-gather; verifies that the ranks' states can be combined.
@@ -195,7 +195,7 @@ def _raise_problems(ticket: Ticket, flagged: list[int]) -> None:
     raise MetricSyncError(msg)
 
 
-def _decode(row: list[int], info: list[str], modes: dict[str, Mode], names: list[str]) -> RankMeta:
+def _decode(row: list[int], info: list[str], modes: dict[str, Agreed], names: list[str]) -> RankMeta:
     at = 2  # after the configuration digest and the problem flag
     counters = dict(zip(info, row[at : at + len(info)], strict=True))
     at += len(info)
@@ -212,7 +212,7 @@ def _decode(row: list[int], info: list[str], modes: dict[str, Mode], names: list
     return RankMeta(states, counters, settled)
 
 
-def _agree_on_mode(name: str, values: list[str | None], mode: Mode, checked: CheckedIn) -> None:
+def _agree_on_mode(name: str, values: list[str | None], mode: Agreed, checked: CheckedIn) -> None:
     decided = {v for v in values if v is not None}
     if len(decided) > 1:
         layout = checked.ticket.layout

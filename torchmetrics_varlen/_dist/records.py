@@ -2,7 +2,7 @@
 
 Architecture of a sync (each room at most a few hundred lines; the metrics see :mod:`.exchange`, the facade):
 
-- ``records.py`` (here): what a sync is (:class:`SyncRequest`), what the ranks agree on (:class:`Mode`,
+- ``records.py`` (here): what a sync is (:class:`SyncRequest`), what the ranks agree on (:class:`Agreed`,
   :class:`StateLayout`, :class:`Layout`), what each reported (:class:`RankMeta`, its counters keyed by the
   ``INFO_*`` names) and what a sync returns (:class:`CheckedIn`, :class:`Gathered`); plus the wire format's
   constants (dtype codes, alignment);
@@ -74,7 +74,7 @@ class SyncRequest:
 
 
 @dataclass(frozen=True)
-class Mode:
+class Agreed:
     """A setting the ranks must agree on once they have one: ``value`` ``None`` (not decided yet) agrees with any."""
 
     value: str | None

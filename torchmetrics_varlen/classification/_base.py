@@ -25,6 +25,7 @@ from torchmetrics_varlen._core.batch import (
     check_only,
     count_piece,
     take_batch,
+    wrap_update,
 )
 from torchmetrics_varlen._core.dedup import SyncReport
 from torchmetrics_varlen._core.ledger import Ledger, warning_compute
@@ -58,8 +59,6 @@ from torchmetrics_varlen.functional._tasks import (
     validate_metric_args,
 )
 from torchmetrics_varlen.functional._weighted import WeightedProblem
-
-_PLAIN = frozenset(("_computed", "_update_count", "_forward_cache"))  # plain attributes torchmetrics sets per update
 
 
 class _VarlenMetric(GuardedMetric):
@@ -150,8 +149,8 @@ class _VarlenMetric(GuardedMetric):
         self._width: int = (num_classes if task == "multiclass" else num_labels) or 1
         thr = threshold_tensor(thresholds)
         self.register_buffer("thresholds", thr, persistent=False)
-        self._compute = choose_strategy(self.mode, compute_on_rank, compute_sharded)  # how it syncs and computes
-        self._compute.add_states(self, row_extras, 0 if thr is None else thr.numel())
+        self._strategy = choose_strategy(self.mode, compute_on_rank, compute_sharded)  # how it syncs and computes
+        self._strategy.add_states(self, row_extras, 0 if thr is None else thr.numel())
         for name in _COUNTERS:
             self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         thr_config = thr.tolist() if thr is not None else (str(self.mode.dtype) if self.mode.dtype else None)
@@ -195,7 +194,7 @@ class _VarlenMetric(GuardedMetric):
     # ------------------------------------------------------------------ sync (``_core/strategies.py``)
 
     def _sync_payload(self) -> Payload:
-        return self._compute.payload(self)
+        return self._strategy.payload(self)
 
     def _sync_receive(self, result: Gathered) -> None:
         receive(self, result)
@@ -204,13 +203,13 @@ class _VarlenMetric(GuardedMetric):
         return share_key(self)
 
     def _joins_collection_sync(self) -> bool:
-        return self._compute.joins_collection_sync
+        return self._strategy.joins_collection_sync
 
     def _exchange(self, request: SyncRequest) -> Gathered | None:
         """The data movement of the compute strategy (``compute_on_rank`` was checked in :meth:`sync`)."""
-        return self._compute.exchange(self, request, super()._exchange)
+        return self._strategy.exchange(self, request, super()._exchange)
 
-    def _strategy(self, compute: Callable[..., Any]) -> Callable[..., Any]:
+    def _synced_compute(self, compute: Callable[..., Any]) -> Callable[..., Any]:
         return strategy_compute(self, compute)
 
     def _after_compute(self) -> None:
@@ -241,11 +240,11 @@ class _VarlenMetric(GuardedMetric):
 
     def _weighted_problems(self) -> list[WeightedProblem] | None:
         """Every binary problem with float64 sums of weights if the epoch is weighted (``None`` otherwise)."""
-        return self._compute.weighted_problems(self) if self._weight_mode() == "weights" else None
+        return self._strategy.weighted_problems(self) if self._weight_mode() == "weights" else None
 
     def _problems(self, with_scores: bool) -> list[Problem]:
         """Every binary problem of what every rank evaluated, ordered and counted in the metric's mode."""
-        return self._compute.problems(self, with_scores)
+        return self._strategy.problems(self, with_scores)
 
     def _report(self, kept_samples: int | None, info: list[dict[str, int]] | None = None) -> None:
         """Fill ``sync_report``; ``info`` (every rank's counters) when the caller synced them itself."""
@@ -257,11 +256,9 @@ class _VarlenMetric(GuardedMetric):
     # ------------------------------------------------------------------ batches
 
     @torch.jit.unused
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _PLAIN:  # what nn.Module.__setattr__ does for them, without its checks (torchmetrics, per update)
-            object.__setattr__(self, name, value)
-        else:
-            super().__setattr__(name, value)
+    def _wrap_update(self, update: Callable[..., Any]) -> Callable[..., Any]:
+        """Torchmetrics' update wrapper, its bookkeeping written as plain attributes (``_core/batch.wrap_update``)."""
+        return wrap_update(self, update)
 
     def _dedup_mode(self) -> str | None:
         """``"ids"`` or ``"none"`` once the first batch decided it; ``None`` before any batch."""
@@ -333,7 +330,7 @@ class _VarlenMetric(GuardedMetric):
         finally:
             self._in_forward = False
         if self._summed is None:  # the batch's piece is in the row states now: count it (``_core/batch.py``)
-            count_piece(self, self._compute.state_names(self))
+            count_piece(self, self._strategy.state_names(self))
         return value
 
     def reset(self) -> None:
@@ -357,8 +354,6 @@ class _VarlenMetric(GuardedMetric):
 def _rows_of(preds: Any) -> int:
     """The rows of a batch's ``preds`` (0 when it is not a tensor)."""
     return (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
-
-
 
 
 def choose_strategy(mode: Mode, compute_on_rank: int | None, compute_sharded: bool) -> ComputeStrategy:
