@@ -1,12 +1,24 @@
-"""Every private name of PyTorch and torchmetrics the package relies on, in one place.
+"""Every private name of PyTorch, torchmetrics and the standard library that the package relies on, in one place.
 
-The package overrides a few of torchmetrics' private methods (its guarded sync replaces the per-state gathers) and
-reads some of a metric's private attributes; it calls three private functions of ``torch.distributed`` and torch's
-grad mode switch.
-``tests/test_compat.py`` checks each name below against the installed versions, so that an upstream rename fails
-one test that names it instead of a distributed sync somewhere deep in a user's job, and checks that the package
-uses no other private name of either library. The supported range (``pyproject.toml``) is tested at both ends
-(``nox -s oldest``).
+The package overrides some of torchmetrics' private methods (its guarded sync replaces the per-state gathers; a
+``VarlenCollection`` forms compute groups by its own rule), reads and sets private attributes of metrics and
+collections, calls private functions of ``torch.distributed`` and torch's grad mode switch, and imports the options
+of collectives from ``torch._C``. None of it is public API: a release may rename or remove any of it without notice,
+and the package would then fail far from the cause (a sync deep in a user's job), or, for an override, silently stop
+being called.
+
+:data:`PRIVATE_NAMES` lists each such name under the object that owns it. ``tests/test_compat.py`` keeps it true:
+
+- it parses every module of the package and fails on a private name (``_x``, not a dunder) the package reads,
+  writes, overrides, names in a string (``getattr``, ``__dict__``, a tuple of attribute names) or imports, that the
+  package does not define itself and that this registry does not list (the failure names the file, the line and the
+  owner to list it under);
+- it fails on a listed name that the installed torch / torchmetrics no longer has (naming the owner and the name),
+  and on a listed name the package no longer uses.
+
+The supported range (``pyproject.toml``) is tested at both ends (``nox -s oldest`` runs ``tests/test_compat.py``
+against the lower bounds). A name that the oldest supported release lacks and whose absence the package handles goes
+into :data:`MAY_BE_ABSENT` as well, saying how it is handled; the test then accepts its absence.
 """
 
 from __future__ import annotations
@@ -17,43 +29,64 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-# torch.distributed.distributed_c10d: the default group, its store, and the unique name of a group.
-TORCH_PRIVATE = ("_get_default_group", "_get_default_store", "_get_process_group_name")
+# owner (a module, or a class by its import path) -> the private names of it that the package uses; everything
+# imported from a private module counts, its public-looking names included
+PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
+    # torch._C: the grad mode switch itself (what torch.set_grad_enabled sets, without building its context object)
+    "torch": ("_C",),
+    "torch._C": ("_set_grad_enabled",),
+    # the options of the collectives called with a per-call timeout (public names, but of a private module)
+    "torch._C._distributed_c10d": ("AllToAllOptions", "AllgatherOptions", "AllreduceOptions", "BroadcastOptions"),
+    # the default group, its store, and the unique name of a group
+    "torch.distributed.distributed_c10d": ("_get_default_group", "_get_default_store", "_get_process_group_name"),
+    # the all-gather into one tensor that takes those options (a timeout)
+    "torch.distributed.ProcessGroup": ("_allgather_base",),
+    # whether stored pieces are views of the shared zeros (then merged without a copy)
+    "torch.Tensor": ("_base",),
+    # saving and restoring a metric's or collection's ledger (sampler segment, counters) with its states; a
+    # collection's metrics, replaced by their wrapped form
+    "torch.nn.Module": ("_load_from_state_dict", "_modules", "_save_to_state_dict"),
+    # The guarded sync replaces the per-state gathers (_sync_dist) inside torchmetrics' compute wrapper
+    # (_wrap_compute); list states are snapshot without a copy (_copy_state_dict); a wrapper merges update kwargs
+    # (_filter_kwargs) and runs the update wrapper's bookkeeping itself once for both metrics (_wrap_update, calling
+    # _move_list_states_to_cpu as it does). Instance attributes read or set: the update counter, the cached value,
+    # the sync flags, the state registry (defaults, reductions, persistence), and what forward() switches and puts
+    # back (forward's batch value, _should_unsync, _enable_grad).
+    "torchmetrics.Metric": (
+        "_computed",
+        "_copy_state_dict",
+        "_defaults",
+        "_enable_grad",
+        "_filter_kwargs",
+        "_forward_cache",
+        "_is_synced",
+        "_move_list_states_to_cpu",
+        "_persistent",
+        "_reductions",
+        "_should_unsync",
+        "_sync_dist",
+        "_to_sync",
+        "_update_count",
+        "_wrap_compute",
+        "_wrap_update",
+    ),
+    # VarlenCollection's compute groups: which metrics share states (_equal_metric_states, overridden), the sharing
+    # itself (_compute_groups_create_state_ref, overridden per update), the groups and whether they are formed yet,
+    # and whether the members hold copies of the shared states
+    "torchmetrics.MetricCollection": (
+        "_compute_groups_create_state_ref",
+        "_equal_metric_states",
+        "_groups",
+        "_groups_checked",
+        "_state_is_copy",
+    ),
+    # the caller of compute() that the "never seen" warning points at
+    "sys": ("_getframe",),
+}
 
-# torch._C: the grad mode switch itself (what torch.set_grad_enabled sets, without building its context object).
-TORCH_C_PRIVATE = ("_set_grad_enabled",)
-
-# torch.nn.Module: saving and restoring a metric's ledger (sampler segment, counters) with its states.
-TORCH_MODULE_OVERRIDDEN = ("_load_from_state_dict", "_save_to_state_dict")
-
-# torchmetrics.Metric methods the package overrides: the guarded sync replaces the per-state gathers
-# (_sync_dist) inside torchmetrics' compute wrapper (_wrap_compute); list states are snapshot without a copy
-# (_copy_state_dict, whose result torchmetrics keeps as _cache for unsync); a wrapper merges update kwargs
-# (_filter_kwargs) and runs the update wrapper's bookkeeping itself once for both metrics (_wrap_update, calling
-# _move_list_states_to_cpu as it does).
-TORCHMETRICS_OVERRIDDEN = (
-    "_wrap_compute",
-    "_sync_dist",
-    "_copy_state_dict",
-    "_filter_kwargs",
-    "_wrap_update",
-    "_move_list_states_to_cpu",
-)
-
-# Attributes of every torchmetrics.Metric instance the package reads or sets: the update counter, the cached value,
-# the sync flags and snapshot, and the state registry (defaults, reductions, persistence, forward's batch value).
-TORCHMETRICS_ATTRIBUTES = (
-    "_update_count",
-    "_computed",
-    "_is_synced",
-    "_to_sync",
-    "_cache",
-    "_defaults",
-    "_reductions",
-    "_persistent",
-    "_forward_cache",
-    "_enable_grad",
-)
+# (owner, name) of PRIVATE_NAMES -> how the package runs where the installed release lacks the name (none today: the
+# oldest supported torchmetrics, 1.7.4, has every name above)
+MAY_BE_ABSENT: dict[tuple[str, str], str] = {}
 
 
 # Switch autograd on or off for this thread: what ``torch.set_grad_enabled(mode)`` sets (as a function or as a
