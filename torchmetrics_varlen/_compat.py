@@ -50,9 +50,9 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     # (_wrap_compute); list states are snapshot without a copy (_copy_state_dict); a wrapper merges update kwargs
     # (_filter_kwargs); the package's metrics and Varlen run the update wrapper's bookkeeping themselves (_wrap_update,
     # overridden, calling _move_list_states_to_cpu as it does), and Varlen runs it once for both metrics when the
-    # wrapped metric's update is torchmetrics' own wrapper (own_update below). Instance attributes read or set: the update counter, the cached value,
-    # the sync flags, the state registry (defaults, reductions, persistence), and what forward() switches and puts
-    # back (forward's batch value, _should_unsync, _enable_grad).
+    # wrapped metric's update is torchmetrics' own wrapper (own_update below). Instance attributes read or set: the
+    # update counter, the cached value, the sync flags, the state registry (defaults, reductions, persistence), and
+    # what forward() switches and puts back (forward's batch value, _should_unsync, _enable_grad).
     "torchmetrics.Metric": (
         "_computed",
         "_copy_state_dict",

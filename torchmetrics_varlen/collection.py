@@ -8,7 +8,6 @@ from typing import Any
 from torchmetrics import Metric, MetricCollection
 from torchmetrics.wrappers.abstract import WrapperMetric
 
-from torchmetrics_varlen._core.batch import CHECKED
 from torchmetrics_varlen._core.dedup import SyncReport
 from torchmetrics_varlen._core.joint import share_states, sync_together
 from torchmetrics_varlen._core.ledger import Ledger
@@ -141,7 +140,7 @@ class VarlenCollection(MetricCollection):
                     out = call(*args, **kwargs)
                 finally:
                     for metric in checked:  # a check not used by its update (another member refused the batch)
-                        metric.__dict__.pop(CHECKED, None)
+                        metric._checked_batch = None
         self._mode = self._mode or ("ids" if ids is not None else "none")
         return out
 
@@ -169,7 +168,7 @@ class VarlenCollection(MetricCollection):
                     metric._precheck(args, metric._filter_kwargs(**kwargs))
         except BaseException:
             for metric in checked:  # the checks that passed: no update will use them
-                metric.__dict__.pop(CHECKED, None)
+                metric._checked_batch = None
             raise
         return checked
 

@@ -31,7 +31,7 @@ from torchmetrics_varlen._core.wrapped import (
     list_states,
     wrappable,
 )
-from torchmetrics_varlen._core.wrapped_batch import PLAN_KEY, UNITS_KEY, take_wrapped_batch
+from torchmetrics_varlen._core.wrapped_batch import UpdatePlan, take_wrapped_batch
 
 _OWN: tuple[str, str, str, str] = ("varlen_ids", "varlen_rows", "varlen_padding", "varlen_rejected")
 _IDS = "#ids"  # the wire name of the ids (never a state name of the wrapped metric)
@@ -112,7 +112,8 @@ class Varlen(GuardedMetric):
         for name in _OWN[1:]:
             self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self._proxied: set[str] = set()
-        self.__dict__[UNITS_KEY] = {}
+        self._units: dict[str, str] = {}  # with ids: what each list state of the metric holds per sample (ROW ...)
+        self._plan: UpdatePlan | None = None  # what every batch reuses (``_core/wrapped_batch.py``; not pickled)
         self._ledger = Ledger(self._sync_name_of(metric), dataset_size, _OWN[1:])
         self._mirror()
         self._init_sync(sync_key)
@@ -229,8 +230,9 @@ class Varlen(GuardedMetric):
 
     def __getstate__(self) -> dict[str, Any]:
         """As torchmetrics'; without the plan (it holds the wrapped metric's ``update``; a copy makes its own)."""
-        self.__dict__.pop(PLAN_KEY, None)
-        return super().__getstate__()
+        state = super().__getstate__()
+        state["_plan"] = None
+        return state
 
     # ------------------------------------------------------------------ sync and compute
 
@@ -343,7 +345,7 @@ class Varlen(GuardedMetric):
         super().reset()
         self.metric.reset()
         self._ledger.reset()
-        self.__dict__[UNITS_KEY] = {}
+        self._units = {}
         self.sync_report = None
 
     def persistent(self, mode: bool = False) -> None:
@@ -358,7 +360,7 @@ class Varlen(GuardedMetric):
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
         self._ledger.load(self, state_dict, prefix)
-        self.__dict__[UNITS_KEY] = {}  # read again from the loaded lists
+        self._units = {}  # read again from the loaded lists
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         if any(self._ledger.counts(self)) and not self._update_count:
             self._update_count = 1  # loaded states are updates: compute() must not warn that none happened

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -43,7 +44,7 @@ def _mode_kept(metric: Any, name: str, given: bool) -> bool:
     if metric._summed is not None:
         if name == "ids":
             return not given
-        summed: Tensor = metric.__dict__[metric._summed]  # the dtype only: held 16-bit batches stay held
+        summed: Tensor = getattr(metric, metric._summed)
         return (summed.dtype == torch.float64) == given
     column = getattr(metric, name)
     if type(column) is list and not metric._is_synced:
@@ -112,11 +113,16 @@ def _weighted_count(metric: Any, scores: Tensor, labels: Tensor, weight: Tensor)
     return torch.stack(parts, dim=m.mode.class_dim)
 
 
-# A collection's members check a batch before any of them takes it (``VarlenCollection``: all or nothing across
-# members): ``CHECK_ONLY`` in a metric's ``__dict__`` makes its ``update`` only check, and ``CHECKED`` keeps what the
-# checks found for the ``update`` that follows with the very same argument objects, so the batch is validated once.
-CHECK_ONLY = "_varlen_check_only"
-CHECKED = "_varlen_checked"
+@dataclass(frozen=True)
+class CheckedBatch:
+    """The one check result of a batch: a collection's members check a batch before any of them takes it
+    (``VarlenCollection``: all or nothing across members; the metric's ``_check_only`` makes its ``update`` only
+    check), and the ``update`` that follows with the very same argument objects uses this result (the metric's
+    ``_checked_batch``), so the batch is validated once.
+    """
+
+    arguments: tuple[Any, ...]
+    in_unit: bool | None  # whether every score lies in [0, 1], when the checks read it
 
 
 def _arguments(
@@ -138,7 +144,7 @@ def check_only(
     would (a refusal counts nowhere: the collection counts it), and keeps the result for :func:`take_batch`.
     """
     in_unit = check_batch(metric, preds, target, sample_ids, extras, sample_weight)
-    metric.__dict__[CHECKED] = (_arguments(preds, target, sample_ids, extras, sample_weight), in_unit)
+    metric._checked_batch = CheckedBatch(_arguments(preds, target, sample_ids, extras, sample_weight), in_unit)
 
 
 def take_batch(
@@ -160,10 +166,16 @@ def take_batch(
     rows = (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
     with m._ledger.batch(m, rows, start, m.process_group) as batch:  # a refusal counts its rows as rejected
         try:
-            checked = m.__dict__.pop(CHECKED, None)  # used once: by the update right after the check
+            checked: CheckedBatch | None = m._checked_batch
+            if checked is not None:
+                m._checked_batch = None  # used once: by the update right after the check
             given = _arguments(preds, target, sample_ids, extras, sample_weight)
-            if checked is not None and len(checked[0]) == len(given) and all(map(operator.is_, checked[0], given)):
-                in_unit = checked[1]
+            if (
+                checked is not None
+                and len(checked.arguments) == len(given)
+                and all(map(operator.is_, checked.arguments, given))
+            ):
+                in_unit = checked.in_unit
             else:
                 in_unit = check_batch(m, preds, target, sample_ids, extras, sample_weight)
         except (ValueError, TypeError):
@@ -275,8 +287,8 @@ def wrap_update(metric: Any, update: Callable[..., Any]) -> Callable[..., Any]:
 #
 # Merging consecutive pieces of every row state at the same positions keeps their concatenation, and the rows aligned
 # between the states, exactly what it was: every value stays the same bit for bit (a mix of float widths is promoted
-# by the merge as the concatenation at compute time promotes it). The bookkeeping is one ``(count, length)`` pair in
-# the metric's ``__dict__`` (copied by pickling and ``deepcopy`` with the lists it describes); when a row state was
+# by the merge as the concatenation at compute time promotes it). The bookkeeping is one :class:`PieceCount` of
+# the metric (copied by pickling and ``deepcopy`` with the lists it describes); when a row state was
 # replaced behind its back (reset, load, sync) the count starts again and the pieces already there are left alone.
 # ``forward`` (torchmetrics rebuilds the lists there: the stored pieces plus the batch's) counts its batch once the
 # lists are rebuilt (``_VarlenMetric.forward``). The wrapped metric of ``Varlen`` keeps its lists as torchmetrics
@@ -284,8 +296,17 @@ def wrap_update(metric: Any, update: Callable[..., Any]) -> Callable[..., Any]:
 
 FAN_IN = 64  # pieces merged at a time (torch.cat costs ~0.2 us per piece; its fixed cost is amortised over 64)
 MAX_ELEMENTS = 1 << 17  # scores a merged piece may hold: merging pays while pieces average under 2,048 scores
-_KEY = "_varlen_pieces"  # (pieces appended since the count started, length of the row states after the last one)
-_NONE = (0, -1)
+
+
+class PieceCount:
+    """A metric's count of stored pieces (its ``_piece_count``): pieces appended since the count started, and the
+    length of the row states after the last one (``-1``: none yet).
+    """
+
+    __slots__ = ("count", "length")
+
+    def __init__(self) -> None:
+        self.count, self.length = 0, -1
 
 
 def _zeros_merged(pieces: list[Tensor]) -> Tensor | None:
@@ -325,13 +346,12 @@ def count_piece(metric: Any, names: tuple[str, ...]) -> None:
     first = getattr(metric, names[0])
     if not isinstance(first, list):
         return
-    state = metric.__dict__
-    count, known = state.get(_KEY, _NONE)
+    pieces: PieceCount = metric._piece_count
     length = len(first)
-    count = count + 1 if known == length - 1 else 1  # replaced states: count from this piece on
+    count = pieces.count + 1 if pieces.length == length - 1 else 1  # replaced states: count from this piece on
     if count % FAN_IN == 0:
         length = _merge(metric, names, count)
-    state[_KEY] = (count, length)
+    pieces.count, pieces.length = count, length
 
 
 def _merge(metric: Any, names: tuple[str, ...], count: int) -> int:

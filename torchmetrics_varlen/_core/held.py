@@ -26,7 +26,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._core.seam import _OWNED_KEY
 from torchmetrics_varlen.functional._count import count_into
 
 HOLD = 1 << 15  # scores (elements) held at most before counting; a bigger batch is counted at once
@@ -37,7 +36,7 @@ _CONVERT = {torch.bfloat16: Tensor.bfloat16, torch.float16: Tensor.half}
 
 
 # The summed state each metric owns (it made the tensor itself), so that batches are counted into it in place: kept
-# as ``(process id, tensor)`` in the metric's ``__dict__``. A metric pickled to spawned processes (Lightning's
+# as ``(process id, tensor)`` in the metric's ``_owned_sum``. A metric pickled to spawned processes (Lightning's
 # ddp_spawn) can share its tensor states' storage across ranks: there the process id differs, so it clones before its
 # first in-place add; so does a metric whose state was replaced (reset, load, sync, compute-group reference), whose
 # state is then another tensor. (A dict keyed by the metric does not work: torchmetrics' ``Metric.__hash__`` hashes
@@ -49,7 +48,7 @@ if hasattr(os, "register_at_fork"):  # no fork on Windows
 
 
 def _owns(metric: Any, value: Tensor) -> bool:
-    owned = metric.__dict__.get(_OWNED_KEY)
+    owned = metric._owned_sum
     return owned is not None and owned[1] is value and owned[0] == _PID[0]
 
 
@@ -59,7 +58,7 @@ def owned_state(metric: Any, name: str) -> Tensor:
     if not _owns(metric, value):
         value = value.clone()
         setattr(metric, name, value)
-        metric.__dict__[_OWNED_KEY] = (_PID[0], value)
+        metric._owned_sum = (_PID[0], value)
     return value
 
 

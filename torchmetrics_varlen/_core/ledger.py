@@ -347,7 +347,7 @@ def warning_compute(host: Any, compute: Callable[..., Any]) -> Callable[..., Any
     @functools.wraps(compute)
     def compute_and_report(*args: Any, **kwargs: Any) -> Any:
         value = compute(*args, **kwargs)
-        if not getattr(host, "_in_forward", False):
+        if not host._in_forward:
             host._ledger.warn(host.sync_report)
         return value
 

@@ -53,8 +53,6 @@ __all__ = [
     "new_identity",
 ]
 
-_OWNED_KEY = "_varlen_owned_sum"  # see _held.owned_state
-
 
 @dataclass
 class Payload:
@@ -139,7 +137,8 @@ class GuardedMetric(Metric):
     _sync_qualifier: str = ""
     _pending_sync: Gathered | None = None
     _sync_epoch: int = 0  # reset() calls so far (not forward()'s internal ones): the epoch of the metric's syncs
-    _sync_in_forward: int = 0  # forward() calls under way: their reset() is no new epoch
+    _in_forward: int = 0  # forward() calls under way: their reset() is no new epoch, their value no evaluation
+    _owned_sum: tuple[int, Tensor] | None = None  # (process id, summed state this metric made: ``_core/held.py``)
 
     def _init_sync(self, sync_key: str | None) -> None:
         """Give the metric its sync identity: ``sync_key``, or its class and creation order (see ``guard.py``)."""
@@ -156,14 +155,14 @@ class GuardedMetric(Metric):
         """As torchmetrics'; and once copied (``deepcopy``, pickling: ``torch.multiprocessing`` may share the states'
         storage with the copy), this metric owns its summed state no more (``_held.owned_state``).
         """
-        self.__dict__.pop(_OWNED_KEY, None)
+        self._owned_sum = None
         return super().__getstate__()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """A copy (``deepcopy``, ``clone``, unpickling in a spawned process) is a new metric: a new identity."""
         super().__setstate__(state)
         self._sync_identity = new_identity(self._sync_base, getattr(self, "_sync_qualifier", ""))
-        self.__dict__.pop(_OWNED_KEY, None)  # a copy owns none of the tensors it came with
+        self._owned_sum = None  # a copy owns none of the tensors it came with
 
     # ------------------------------------------------------------------ hooks
 
@@ -216,14 +215,14 @@ class GuardedMetric(Metric):
             layout=GroupLayout.of(process_group or self.process_group),
             # forward()'s batch syncs (dist_sync_on_step) are placed apart from compute()'s: a rank with one batch
             # more or less then fails that batch's sync, and never pairs its batch with another rank's compute()
-            identity=self._sync_identity + ("#step" if self._sync_in_forward else ""),
+            identity=self._sync_identity + ("#step" if self._in_forward else ""),
             config=self._config,
             timeout=self.sync_timeout,
-            what=f"{self._sync_name()}.{'forward' if self._sync_in_forward else 'compute'}()",
+            what=f"{self._sync_name()}.{'forward' if self._in_forward else 'compute'}()",
             fix=self._sync_fix(),
             epoch=self._sync_epoch,
             # forward()'s batch value (dist_sync_on_step) syncs one batch each time: always new states
-            version=None if self._sync_in_forward else int(self._update_count),
+            version=None if self._in_forward else int(self._update_count),
         )
 
     # ------------------------------------------------------------------ epochs
@@ -233,7 +232,7 @@ class GuardedMetric(Metric):
         """Torchmetrics' ``forward``; the ``reset()`` it makes inside starts no new epoch of the metric's syncs, and
         a call that raises (a refused batch) leaves the states as they were (torchmetrics' would leave them reset).
         """
-        self._sync_in_forward += 1
+        self._in_forward += 1
         before = forward_snapshot(self)
         try:
             return super().forward(*args, **kwargs)
@@ -241,7 +240,7 @@ class GuardedMetric(Metric):
             restore_forward(self, before, self._forward_rows(args, kwargs))
             raise
         finally:
-            self._sync_in_forward -= 1
+            self._in_forward -= 1
 
     def _forward_rows(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
         """The rows (sampler positions) of a ``forward`` call's batch; ``None``: not known here."""
@@ -251,7 +250,7 @@ class GuardedMetric(Metric):
         """Torchmetrics' ``reset``; each call (outside ``forward``) starts a new epoch of the metric's syncs, so that
         a sync never pairs one rank's states of one epoch with another rank's of another.
         """
-        if not self._sync_in_forward:
+        if not self._in_forward:
             self._sync_epoch += 1
         super().reset()
 

@@ -71,7 +71,7 @@ class Host(Protocol):
     _strategy: ComputeStrategy
     _config: dict[str, Any]
     _ledger: Ledger
-    _in_forward: bool
+    _in_forward: int
     _is_synced: bool
     compute_on_rank: int | None
     process_group: Any
@@ -318,7 +318,7 @@ def stored_weight_mode(metric: Any) -> str | None:
         return ledger.stored_mode(metric, "weights", False, bool(metric._update_count))
     if metric._summed is not None:
         # the dtype only, read from the instance: held 16-bit batches stay held
-        return ledger.stored_mode(metric, "weights", metric.__dict__[metric._summed].dtype == torch.float64)
+        return ledger.stored_mode(metric, "weights", getattr(metric, metric._summed).dtype == torch.float64)
     synced = metric._is_synced
     return ledger.stored_mode(metric, "weights", _has_rows(metric.weight, synced), _has_rows(metric.preds, synced))
 

@@ -31,9 +31,6 @@ from torchmetrics_varlen._core.wrapped import (
     reductions_by_id,
 )
 
-PLAN_KEY = "_varlen_plan"  # the wrapper's UpdatePlan of its metric, in its __dict__ (not pickled: made again)
-UNITS_KEY = "_varlen_units"  # with ids: what each list state of the metric holds per sample (``_states.ROW`` ...)
-
 
 def keep_units(
     plan: UpdatePlan, inner: Metric, before: list[int], rows: int, grown: dict[str, str], units: dict[str, str]
@@ -168,9 +165,9 @@ def take_wrapped_batch(
     state = host.__dict__
     ledger: Ledger = state["_ledger"]
     inner: Metric = state["_modules"]["metric"]
-    plan: UpdatePlan | None = state.get(PLAN_KEY)
+    plan: UpdatePlan | None = host._plan
     if plan is None or inner.__dict__.get("update") is not plan.wrapper or len(inner._defaults) != len(plan.names):
-        plan = state[PLAN_KEY] = UpdatePlan(inner)
+        plan = host._plan = UpdatePlan(inner)
     first = args[0] if args else None
     rows = (first.shape[0] if first.ndim else 1) if type(first) is Tensor else batch_rows(args, kwargs)
     with ledger.batch(host, rows, None, host.process_group) as batch:  # a call that raises: rows rejected
@@ -209,7 +206,7 @@ def _pass_on(
             value = call(*args, **kwargs)
         else:
             plan.update(inner, args, kwargs)
-        units = state[UNITS_KEY]
+        units = host._units
         grown = plan.check_growth(inner, before, rows if ids is not None else None, units, host._id_count)
     except BaseException:
         if snapshot is not None:  # torchmetrics' forward reset the states before its update raised

@@ -20,8 +20,8 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._core.batch import (
-    CHECK_ONLY,
-    CHECKED,
+    CheckedBatch,
+    PieceCount,
     check_only,
     count_piece,
     take_batch,
@@ -157,7 +157,7 @@ class _VarlenMetric(GuardedMetric):
         self._config: dict[str, Any] = {"metric": type(self).__name__, **settings, "thresholds": thr_config}
         self._config.update(config or {})
         self._ledger = Ledger(type(self).__name__, dataset_size, ("rows_seen", "padding_dropped", "rejected"))
-        self._in_forward = False
+        self._piece_count = PieceCount()  # stored pieces, merged as they arrive (``_core/batch.py``)
         self._init_sync(sync_key)
         self._checked: CheckedIn | None = None  # the sync's check-in, for the compute after it
         self._synced_info: list[dict[str, int]] | None = None  # every rank's counters, from the last sync
@@ -278,7 +278,7 @@ class _VarlenMetric(GuardedMetric):
         sample_weight: Tensor | None = None,
     ) -> None:
         """Validate, drop sampler padding, format and append (or count) one batch; all or nothing (``_core/batch``)."""
-        if CHECK_ONLY in self.__dict__:  # a collection's check before any member takes the batch (_precheck)
+        if self._check_only:  # a collection's check before any member takes the batch (_precheck)
             check_only(self, preds, target, sample_ids, extras, sample_weight)
             return
         take_batch(self, preds, target, sample_ids, extras, start, sample_weight)
@@ -286,12 +286,14 @@ class _VarlenMetric(GuardedMetric):
     # Whether ``update`` only binds its arguments, checks them without side effects in check-only mode
     # (:meth:`_refused`) and calls ``_update``, so that :meth:`_precheck` can run it.
     _checkable = True
+    _check_only = False  # set by :meth:`_precheck` while ``update`` runs: check the batch, take nothing
+    _checked_batch: CheckedBatch | None = None  # the check of a batch that its next ``update`` takes (``_core/batch``)
 
     def _refused(self, preds: Any, msg: str) -> ValueError:
         """The error for a batch that ``update`` refuses before ``_update`` checks it; in a real update (not a
         :meth:`_precheck`) the call counts as refused first, as in ``take_batch``.
         """
-        if CHECK_ONLY not in self.__dict__:
+        if not self._check_only:
             self._update_count -= 1  # torchmetrics' update wrapper counted the call
             self._ledger.refuse(self, _rows_of(preds))
         return ValueError(msg)
@@ -301,12 +303,11 @@ class _VarlenMetric(GuardedMetric):
         """Raise as ``update(*args, **kwargs)`` would for a batch this metric refuses, changing nothing; the checks'
         result is kept for that update (the same argument objects), so the batch is validated once.
         """
-        state = self.__dict__
-        state[CHECK_ONLY] = True
+        self._check_only = True
         try:
             type(self).update(self, *args, **kwargs)  # the class's own update: not torchmetrics' per-call wrapper
         finally:
-            del state[CHECK_ONLY]
+            self._check_only = False
 
     def _forward_rows(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
         return _rows_of(args[0] if args else kwargs.get("preds"))
@@ -315,7 +316,7 @@ class _VarlenMetric(GuardedMetric):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Update with the batch and return its own value; sampler positions continue from the global state."""
         kwargs.setdefault("_start", self._ledger.position(self))
-        if self._checkable and CHECKED not in self.__dict__:  # (a collection's forward has checked it already)
+        if self._checkable and self._checked_batch is None:  # (a collection's forward has checked it already)
             # Checked against the epoch's states: torchmetrics' forward updates a reset metric, where a switch of
             # mode (ids, weights) could not be seen. The update inside uses this check (the same arguments).
             try:
@@ -324,11 +325,7 @@ class _VarlenMetric(GuardedMetric):
                 self._computed = None  # as a refused update: the next compute() reports the refused rows
                 self._ledger.refuse(self, _rows_of(args[0] if args else kwargs.get("preds")))
                 raise
-        self._in_forward = True  # the batch value is not an evaluation of the data set: no report, no warning
-        try:
-            value = super().forward(*args, **kwargs)
-        finally:
-            self._in_forward = False
+        value = super().forward(*args, **kwargs)  # (``_in_forward`` inside: no report, no warning, no new epoch)
         if self._summed is None:  # the batch's piece is in the row states now: count it (``_core/batch.py``)
             count_piece(self, self._strategy.state_names(self))
         return value
