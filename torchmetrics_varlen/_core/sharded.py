@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._core.dedup import conflicting_id, copy_scores, dedup_by_id
-from torchmetrics_varlen._core.strategies import Compute, ComputeStrategy, Host
+from torchmetrics_varlen._core.strategies import Compute, ComputeStrategy, Host, pieces, report
 from torchmetrics_varlen._dist.exchange import INFO_COMPACT, CheckedIn, Info, SyncRequest, check_in_states
 from torchmetrics_varlen._dist.group import comm_device
 from torchmetrics_varlen._dist.shard import Shard, route_rows_by_id, sample_sort
@@ -50,7 +50,7 @@ class Sharded(ComputeStrategy):
 
     def info(self, host: Host) -> Info:
         """Plus whether compact sort keys fit this rank's scores: the keys of all ranks meet in one all-to-all."""
-        return {**super().info(host), INFO_COMPACT: int(fits_compact(host._pieces("preds")))}
+        return {**super().info(host), INFO_COMPACT: int(fits_compact(pieces(host, "preds")))}
 
     def exchange(self, host: Host, request: SyncRequest, guarded: Any) -> None:
         """The check-in and the metadata all-gather only: the rows stay where they are until the compute."""
@@ -81,18 +81,18 @@ def compute_sharded(metric: Host, checked: CheckedIn, needs: SumsNeeded) -> list
     preds: Pieces
     target: Pieces
     if "ids" in {r.modes["dedup"] for r in checked.ranks}:
-        rows = {name: torch.cat(metric._pieces(name)).to(comm) for name in ("preds", "target", "ids", "ids_sub")}
+        rows = {name: torch.cat(pieces(metric, name)).to(comm) for name in ("preds", "target", "ids", "ids_sub")}
         rows["preds"] = rows["preds"].to(dtype)
         routed = route_rows_by_id(shard, rows, rows["ids"])
         keep, kept = _dedup(shard, routed)
         preds, target = routed["preds"][keep], routed["target"][keep]
     else:
         # The stored batches go straight into the sort keys (binary task), never concatenated.
-        preds = [p.to(device=comm, dtype=dtype) for p in metric._pieces("preds")]
-        target = [t.to(comm) for t in metric._pieces("target")]
+        preds = [p.to(device=comm, dtype=dtype) for p in pieces(metric, "preds")]
+        target = [t.to(comm) for t in pieces(metric, "target")]
     problems = split_rows(metric._split, preds, target)
     del preds, target
-    metric._report(kept, info=checked.info)
+    report(metric, kept, info=checked.info)
     sums = []
     while problems:
         scores, labels = problems.pop(0)
@@ -113,16 +113,16 @@ def compute_sharded_weighted(metric: Host, checked: CheckedIn) -> list[WeightedR
     dtype = checked.layouts["preds"].dtype
     kept = None
     names = ("preds", "target", "weight")
-    rows = {name: torch.cat(metric._pieces(name)).to(comm) for name in names}
+    rows = {name: torch.cat(pieces(metric, name)).to(comm) for name in names}
     rows["preds"] = rows["preds"].to(dtype)
     if "ids" in {r.modes["dedup"] for r in checked.ranks}:
-        rows.update({name: torch.cat(metric._pieces(name)).to(comm) for name in ("ids", "ids_sub")})
+        rows.update({name: torch.cat(pieces(metric, name)).to(comm) for name in ("ids", "ids_sub")})
         routed = route_rows_by_id(shard, rows, rows["ids"])
         keep, kept = _dedup(shard, routed)
         preds, target, weight = (routed[name][keep] for name in names)
     else:
         preds, target, weight = rows["preds"], rows["target"], rows["weight"]
-    metric._report(kept, info=checked.info)
+    report(metric, kept, info=checked.info)
     split = Split(metric.task, metric._split.average)
     return [_weighted_range_sums(shard, s, p, w) for s, p, w in weighted_columns(split, preds, target, weight)]
 

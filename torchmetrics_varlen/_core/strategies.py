@@ -54,7 +54,10 @@ Compute = Callable[..., Any]
 
 
 class Host(Protocol):
-    """What a strategy uses of its metric (the package's ``_VarlenMetric``)."""
+    """What a strategy uses of its metric (the package's ``_VarlenMetric``): its states and settings, read as plain
+    attributes; the strategies never call back into the metric, except to declare its states and to turn a value
+    that travelled between ranks back into the metric's type (``_value_from_wire``).
+    """
 
     task: str
     mode: Mode
@@ -77,12 +80,6 @@ class Host(Protocol):
     process_group: Any
 
     def add_state(self, name: str, default: Any, dist_reduce_fx: Any = None) -> None: ...  # noqa: D102
-    def _pieces(self, name: str) -> list[Tensor]: ...
-    def _evaluated(self) -> dict[str, list[Tensor]]: ...
-    def _report(self, kept_samples: int | None, info: list[Info] | None = None) -> None: ...
-    def _local_info(self) -> Info: ...
-    def _dedup_mode(self) -> str | None: ...
-    def _weight_mode(self) -> str | None: ...
     def _value_from_wire(self, value: Any) -> Any: ...
 
 
@@ -103,11 +100,11 @@ class ComputeStrategy:
 
     def info(self, host: Host) -> Info:
         """This rank's counters for the metadata all-gather."""
-        return {**host._local_info(), INFO_NUM_SAMPLES: int(host.num_samples)}
+        return {**host._ledger.info(host), INFO_NUM_SAMPLES: int(host.num_samples)}
 
     def payload(self, host: Host) -> Payload:
         """What this rank sends: its stored batches of every row state."""
-        cat = {name: host._pieces(name) for name in self.state_names(host)}
+        cat = {name: pieces(host, name) for name in self.state_names(host)}
         return Payload(cat=cat, device=cat["preds"][0].device, info=self.info(host), modes=modes(host), dst=self.dst)
 
     def exchange(
@@ -122,18 +119,18 @@ class ComputeStrategy:
 
     def problems(self, host: Host, with_scores: bool) -> list[Problem]:
         """Every binary problem of what every rank evaluated, ordered and counted in the metric's mode."""
-        rows = host._evaluated()
+        rows = evaluated(host)
         return counted_problems(host.mode, (rows["preds"], rows["target"]), host._split, None, with_scores)
 
     def weighted_problems(self, host: Host) -> list[WeightedProblem]:
         """Every binary problem with float64 sums of weights (the epoch is weighted)."""
-        rows = {name: torch.cat(pieces) for name, pieces in host._evaluated().items()}
+        rows = {name: torch.cat(pieces) for name, pieces in evaluated(host).items()}
         return weighted_problems(host.mode, rows["preds"], rows["target"], rows["weight"], host._split, None)
 
 
 def modes(host: Host) -> dict[str, Agreed]:
     """The settings every rank must agree on once decided: dedup by ids or not, weighted or not."""
-    return {"dedup": Agreed(host._dedup_mode(), _DEDUP), "weights": Agreed(host._weight_mode(), _WEIGHTS)}
+    return {"dedup": Agreed(stored_dedup_mode(host), _DEDUP), "weights": Agreed(stored_weight_mode(host), _WEIGHTS)}
 
 
 class GatherToAll(ComputeStrategy):
@@ -199,14 +196,14 @@ class Summed(ComputeStrategy):
 
     def problems(self, host: Host, with_scores: bool) -> list[Problem]:
         """The problems of the summed state (ordered and counted already)."""
-        host._report(None)
+        report(host, None)
         if self.state == "hist":
             count_held(host)  # the 16-bit mode's held batches, counted before the histogram is read
         return counted_problems(host.mode, getattr(host, self.state), host._split, host.thresholds, with_scores)
 
     def weighted_problems(self, host: Host) -> list[WeightedProblem]:
         """The problems of the float64 summed state, with their scores."""
-        host._report(None)
+        report(host, None)
         return cast(list[WeightedProblem], self.problems(host, with_scores=True))
 
 
@@ -270,19 +267,19 @@ def evaluated(host: Host) -> dict[str, list[Tensor]]:
     """The rows to evaluate, per state: the stored pieces, or in id mode the deduplicated rows ordered by id (one
     piece); fills ``sync_report``.
     """
-    weighted = host._weight_mode() == "weights"
+    weighted = stored_weight_mode(host) == "weights"
     names = ("preds", "target", *(n for n in host._row_extras if n != "weight" or weighted))
-    if host._dedup_mode() != "ids":
-        host._report(None)
-        return {name: host._pieces(name) for name in names}
-    rows = {name: torch.cat(host._pieces(name)) for name in (*names, "ids", "ids_sub")}
+    if stored_dedup_mode(host) != "ids":
+        report(host, None)
+        return {name: pieces(host, name) for name in names}
+    rows = {name: torch.cat(pieces(host, name)) for name in (*names, "ids", "ids_sub")}
     keep = dedup_order(rows["ids"], rows["ids_sub"], rows["target"], copy_scores(rows))
     kept_ids = rows["ids"] if keep is None else rows["ids"][keep]  # None: every row, already in id order
-    host._report(int(kept_ids.numel() and 1 + torch.count_nonzero(kept_ids[1:] != kept_ids[:-1])))
+    report(host, int(kept_ids.numel() and 1 + torch.count_nonzero(kept_ids[1:] != kept_ids[:-1])))
     return {name: [rows[name] if keep is None else rows[name][keep]] for name in names}
 
 
-def report(host: Host, kept_samples: int | None, info: list[Info] | None) -> None:
+def report(host: Host, kept_samples: int | None, info: list[Info] | None = None) -> None:
     """Fill ``sync_report`` (not inside ``forward``); ``info`` (every rank's counters) when the caller synced them."""
     if host._in_forward:
         return

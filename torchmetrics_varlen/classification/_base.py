@@ -39,9 +39,7 @@ from torchmetrics_varlen._core.strategies import (
     Summed,
     check_compute_on_rank,
     evaluated,
-    pieces,
     receive,
-    report,
     share_key,
     stored_dedup_mode,
     stored_weight_mode,
@@ -232,9 +230,6 @@ class _VarlenMetric(GuardedMetric):
 
     # ------------------------------------------------------------------ what the strategies compute from
 
-    def _pieces(self, name: str) -> list[Tensor]:
-        return pieces(self, name)
-
     def _evaluated(self) -> dict[str, list[Tensor]]:
         return evaluated(self)
 
@@ -245,13 +240,6 @@ class _VarlenMetric(GuardedMetric):
     def _problems(self, with_scores: bool) -> list[Problem]:
         """Every binary problem of what every rank evaluated, ordered and counted in the metric's mode."""
         return self._strategy.problems(self, with_scores)
-
-    def _report(self, kept_samples: int | None, info: list[dict[str, int]] | None = None) -> None:
-        """Fill ``sync_report``; ``info`` (every rank's counters) when the caller synced them itself."""
-        report(self, kept_samples, info)
-
-    def _local_info(self) -> dict[str, int]:
-        return self._ledger.info(self)
 
     # ------------------------------------------------------------------ batches
 
