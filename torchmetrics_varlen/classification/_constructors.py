@@ -2,7 +2,7 @@
 
 A public class combines one of these (its signature) with its family's compute, e.g.
 ``class VarlenMulticlassAUROC(_Multiclass, _AUROCMetric)``; every constructor passes the synchronisation keywords
-on to ``_VarlenMetric`` through ``**kwargs``.
+on to ``_VarlenMetric`` through ``**kwargs``. Each body passes its arguments on by name (:func:`passed_on`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,16 @@ from typing import Any
 from torchmetrics_varlen.classification._base import _VarlenMetric
 from torchmetrics_varlen.functional._tasks import Average, Normalization, Thresholds
 from torchmetrics_varlen.functional.curves import CurveAverage
+
+
+def passed_on(arguments: dict[str, Any], *, ignored: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A constructor's ``locals()`` as ``_VarlenMetric``'s keywords, its ``**kwargs`` flattened in.
+
+    Left out: ``self``, the ``__class__`` cell of a zero-argument ``super()``, and ``ignored`` (arguments a binary
+    class only takes for its ``task=`` classes).
+    """
+    skipped = {"self", "__class__", "kwargs", *ignored}
+    return {**{name: value for name, value in arguments.items() if name not in skipped}, **arguments["kwargs"]}
 
 
 class _Multiclass(_VarlenMetric):
@@ -28,16 +38,7 @@ class _Multiclass(_VarlenMetric):
         normalization: Normalization = "sigmoid",
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            task="multiclass",
-            num_classes=num_classes,
-            average=average,
-            thresholds=thresholds,
-            ignore_index=ignore_index,
-            validate_args=validate_args,
-            normalization=normalization,
-            **kwargs,
-        )
+        super().__init__(task="multiclass", **passed_on(locals()))
 
 
 class _Multilabel(_VarlenMetric):
@@ -54,16 +55,7 @@ class _Multilabel(_VarlenMetric):
         normalization: Normalization = "sigmoid",
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            task="multilabel",
-            num_labels=num_labels,
-            average=average,
-            thresholds=thresholds,
-            ignore_index=ignore_index,
-            validate_args=validate_args,
-            normalization=normalization,
-            **kwargs,
-        )
+        super().__init__(task="multilabel", **passed_on(locals()))
 
 
 class _CurveBinary(_VarlenMetric):
@@ -82,14 +74,7 @@ class _CurveBinary(_VarlenMetric):
         average: CurveAverage = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            task=task,
-            thresholds=thresholds,
-            ignore_index=ignore_index,
-            validate_args=validate_args,
-            normalization=normalization,
-            **kwargs,
-        )
+        super().__init__(**passed_on(locals(), ignored=("num_classes", "num_labels", "average")))
 
 
 class _CurveMulticlass(_VarlenMetric):
@@ -106,16 +91,7 @@ class _CurveMulticlass(_VarlenMetric):
         normalization: Normalization = "sigmoid",
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            task="multiclass",
-            num_classes=num_classes,
-            average=average,
-            thresholds=thresholds,
-            ignore_index=ignore_index,
-            validate_args=validate_args,
-            normalization=normalization,
-            **kwargs,
-        )
+        super().__init__(task="multiclass", **passed_on(locals()))
 
 
 class _CurveMultilabel(_VarlenMetric):
@@ -131,12 +107,4 @@ class _CurveMultilabel(_VarlenMetric):
         normalization: Normalization = "sigmoid",
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            task="multilabel",
-            num_labels=num_labels,
-            thresholds=thresholds,
-            ignore_index=ignore_index,
-            validate_args=validate_args,
-            normalization=normalization,
-            **kwargs,
-        )
+        super().__init__(task="multilabel", **passed_on(locals()))

@@ -9,7 +9,7 @@ from typing import Any
 from torch import Tensor
 
 from torchmetrics_varlen.classification._base import _VarlenMetric
-from torchmetrics_varlen.classification._constructors import _Multiclass, _Multilabel
+from torchmetrics_varlen.classification._constructors import _Multiclass, _Multilabel, passed_on
 from torchmetrics_varlen.classification._task_wrapper import new_for_task
 from torchmetrics_varlen.functional._ranking import reduce_problems
 from torchmetrics_varlen.functional._tasks import Average, Normalization, Thresholds
@@ -94,15 +94,7 @@ class VarlenAveragePrecision(_AveragePrecisionMetric):
         average: Average = "macro",
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            task=task,
-            average=average,
-            thresholds=thresholds,
-            ignore_index=ignore_index,
-            validate_args=validate_args,
-            normalization=normalization,
-            **kwargs,
-        )
+        super().__init__(**passed_on(locals(), ignored=("num_classes", "num_labels")))
 
 
 class VarlenMulticlassAveragePrecision(_Multiclass, _AveragePrecisionMetric):

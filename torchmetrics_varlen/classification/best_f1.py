@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen.classification._base import _VarlenMetric
+from torchmetrics_varlen.classification._constructors import passed_on
 from torchmetrics_varlen.functional._tasks import Normalization
 from torchmetrics_varlen.functional.best_f1 import TASKS, _compute
 
@@ -70,15 +71,7 @@ class VarlenBestF1(_VarlenMetric):
         num_labels: int | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            thresholds=thresholds,
-            task=task,
-            num_labels=num_labels,
-            ignore_index=ignore_index,
-            validate_args=validate_args,
-            normalization=normalization,
-            **kwargs,
-        )
+        super().__init__(**passed_on(locals()))
 
     def compute(self) -> tuple[Tensor, Tensor]:
         """``(best F1, its threshold)`` over everything seen by every rank of the process group."""
