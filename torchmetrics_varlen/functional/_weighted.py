@@ -27,7 +27,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen.functional._count import Binned, Mode, binned_confmat, threshold_tensor
+from torchmetrics_varlen.functional._count import Binned, CountMode, binned_confmat, threshold_tensor
 from torchmetrics_varlen.functional._hist import counts_from_histogram, histogram
 from torchmetrics_varlen.functional._ranking import (
     _NO_NEGATIVES_ROC,
@@ -156,7 +156,7 @@ def weighted_counts(scores: Tensor, positives: Tensor, weight: Tensor, with_scor
 
 
 def weighted_problems(
-    mode: Mode, scores: Tensor, labels: Tensor, weight: Tensor, split: Split, thresholds: Tensor | None
+    mode: CountMode, scores: Tensor, labels: Tensor, weight: Tensor, split: Split, thresholds: Tensor | None
 ) -> list[WeightedProblem]:
     """Every binary problem of one weighted batch of stored rows, counted in ``mode`` (float64 counts)."""
     problems: list[WeightedProblem] = []
@@ -278,8 +278,8 @@ def weighted_batch_problems(
     """
     weight = check_sample_weight(sample_weight, preds, target, args.task)
     scores, labels, w = weighted_rows(preds, target, weight, args.task, args.ignore_index, args.normalization)
-    thresholds = threshold_tensor(args.thresholds, preds.device)
-    return weighted_problems(Mode.of(args.thresholds), scores, labels, w, Split(args.task, args.average), thresholds)
+    mode, thresholds = CountMode.of(args.thresholds), threshold_tensor(args.thresholds, preds.device)
+    return weighted_problems(mode, scores, labels, w, Split(args.task, args.average), thresholds)
 
 
 def reduce_weighted(problems: list[WeightedProblem], split: Split, statistic: str) -> Tensor:
