@@ -495,12 +495,15 @@ def partial_auroc(problem: Problem, max_fpr: float) -> Tensor:
         return binned_auroc(problem.confmat, problem.thresholds, max_fpr)
     n_pos, n_all = size(problem)
     if n_pos and n_all - n_pos:
-        return _partial_auroc(*descending(materialize(problem, with_scores=True))[:2], max_fpr)
+        fps, tps, _ = descending(materialize(problem, with_scores=True))
+        return mcclish_partial_auc(*roc_from_counts(fps, tps, warn=False), max_fpr)
     return auroc_from_sums(RankSums(n_pos, n_all, 0, 0.0), problem_device(problem))
 
 
 def roc_from_counts(fps: Tensor, tps: Tensor, warn: bool = True) -> tuple[Tensor, Tensor]:
-    """Float64 ``(fpr, tpr)`` with the origin prepended; a class that is absent gives a zero rate and a warning."""
+    """Float64 ``(fpr, tpr)`` of descending counts (integers, or float64 sums of weights), the origin prepended; a
+    class that is absent (nothing, or zero weight) gives a zero rate and a warning.
+    """
     zero = fps.new_zeros(1)
     fps = torch.cat([zero, fps])
     tps = torch.cat([zero, tps])
@@ -509,7 +512,7 @@ def roc_from_counts(fps: Tensor, tps: Tensor, warn: bool = True) -> tuple[Tensor
 
 def _rate(cumulative: Tensor, warn: bool, absent: str) -> Tensor:
     """``cumulative / cumulative[-1]`` in float64; zeros (and the ``absent`` warning) when the total is 0."""
-    total = int(cumulative[-1])
+    total = cumulative[-1].item()  # an int for counts, a float for sums of weights
     if total > 0:
         return cumulative.double() / total
     if warn:
@@ -517,15 +520,17 @@ def _rate(cumulative: Tensor, warn: bool, absent: str) -> Tensor:
     return torch.zeros_like(cumulative, dtype=torch.float64)
 
 
-def _partial_auroc(fps: Tensor, tps: Tensor, max_fpr: float) -> Tensor:
-    """McClish-standardised partial AUC up to ``max_fpr`` (scikit-learn's ``max_fpr``), both classes present."""
-    fpr, tpr = roc_from_counts(fps, tps, warn=False)
-    stop = int(torch.searchsorted(fpr, torch.tensor(max_fpr, dtype=torch.float64, device=fpr.device), right=True))
+def mcclish_partial_auc(fpr: Tensor, tpr: Tensor, max_fpr: float) -> Tensor:
+    """McClish-standardised partial AUC up to ``max_fpr`` (scikit-learn's ``max_fpr``) of a float64 ROC curve,
+    ``fpr`` increasing: the curve cut at ``max_fpr`` (its ``tpr`` there interpolated linearly), its trapezoidal area
+    mapped to 0.5 (the diagonal) .. 1 (perfect). Exact, weighted and binned curves alike.
+    """
+    stop = int(torch.searchsorted(fpr, fpr.new_tensor(max_fpr), right=True))
     x0, x1, y0, y1 = fpr[stop - 1], fpr[stop], tpr[stop - 1], tpr[stop]
     interp = y0 + (y1 - y0) * (max_fpr - x0) / (x1 - x0)
-    x = torch.cat([fpr[:stop], fpr.new_tensor([max_fpr])])
-    y = torch.cat([tpr[:stop], interp.reshape(1)])
-    partial = torch.trapezoid(y, x)
+    partial = torch.trapezoid(
+        torch.cat([tpr[:stop], interp.reshape(1)]), torch.cat([fpr[:stop], fpr.new_tensor([max_fpr])])
+    )
     min_area = 0.5 * max_fpr**2
     return 0.5 * (1 + (partial - min_area) / (max_fpr - min_area))
 
@@ -555,13 +560,7 @@ def binned_auroc(confmat: Tensor, thresholds: Tensor, max_fpr: float | None = No
     fpr = binned_rate(fps, tns, thresholds, 0.0).flip(0)
     if max_fpr is None or max_fpr == 1 or fpr.sum() == 0 or tpr.sum() == 0:
         return torch.trapezoid(tpr, fpr)
-    limit = fpr.new_tensor(max_fpr)
-    stop = int(torch.bucketize(limit, fpr, right=True))
-    weight = (limit - fpr[stop - 1]) / (fpr[stop] - fpr[stop - 1])
-    interp = torch.lerp(tpr[stop - 1], tpr[stop], weight)
-    partial = torch.trapezoid(torch.cat([tpr[:stop], interp.reshape(1)]), torch.cat([fpr[:stop], limit.reshape(1)]))
-    min_area = 0.5 * max_fpr**2
-    return 0.5 * (1 + (partial - min_area) / (max_fpr - min_area))
+    return mcclish_partial_auc(fpr, tpr, max_fpr)
 
 
 def binned_average_precision(confmat: Tensor) -> Tensor:

@@ -21,7 +21,6 @@ Entry points for the metric classes (all pure tensor math, no validation beyond 
 
 from __future__ import annotations
 
-import warnings
 from typing import NamedTuple
 
 import torch
@@ -30,8 +29,6 @@ from torch import Tensor
 from torchmetrics_varlen.functional._count import Binned, CountMode, binned_confmat, threshold_tensor
 from torchmetrics_varlen.functional._hist import counts_from_histogram, histogram
 from torchmetrics_varlen.functional._ranking import (
-    _NO_NEGATIVES_ROC,
-    _NO_POSITIVES_ROC,
     ap_from_sum,
     as_output,
     auroc_from_area,
@@ -39,6 +36,8 @@ from torchmetrics_varlen.functional._ranking import (
     binned_auroc,
     binned_average_precision,
     descending,
+    mcclish_partial_auc,
+    roc_from_counts,
 )
 from torchmetrics_varlen.functional._sort import Counts, running_sum
 from torchmetrics_varlen.functional._tasks import RankingArgs, Split, format_inputs
@@ -233,24 +232,6 @@ def weighted_average_precision_from_sums(sums: WeightedRankSums, device: torch.d
     return ap_from_sum(sums.ap_sum, sums.w_pos, device, warn)
 
 
-def weighted_rates(fps: Tensor, tps: Tensor, warn: bool = True) -> tuple[Tensor, Tensor]:
-    """Float64 ``(fpr, tpr)`` of weighted descending counts, origin prepended; an absent class gives zeros (warns)."""
-    zero = fps.new_zeros(1)
-    out = []
-    for cumulative, absent in (
-        (torch.cat([zero, fps]), _NO_NEGATIVES_ROC),
-        (torch.cat([zero, tps]), _NO_POSITIVES_ROC),
-    ):
-        total = float(cumulative[-1])
-        if total > 0:
-            out.append(cumulative.double() / total)
-            continue
-        if warn:
-            warnings.warn(absent, UserWarning, stacklevel=4)
-        out.append(torch.zeros_like(cumulative, dtype=torch.float64))
-    return out[0], out[1]
-
-
 def weighted_partial_auroc(counts: Counts, max_fpr: float) -> Tensor:
     """McClish-standardised weighted partial AUC up to ``max_fpr`` (scikit-learn's ``max_fpr``); one class only
     gives 0 with torchmetrics' warnings.
@@ -259,15 +240,7 @@ def weighted_partial_auroc(counts: Counts, max_fpr: float) -> Tensor:
     if sizes.w_pos <= 0 or sizes.w_all - sizes.w_pos <= 0:
         return weighted_auroc_from_sums(sizes, counts.pos_le.device)
     fps, tps, _ = descending(counts)
-    fpr, tpr = weighted_rates(fps, tps, warn=False)
-    stop = int(torch.searchsorted(fpr, torch.tensor(max_fpr, dtype=torch.float64, device=fpr.device), right=True))
-    x0, x1, y0, y1 = fpr[stop - 1], fpr[stop], tpr[stop - 1], tpr[stop]
-    interp = y0 + (y1 - y0) * (max_fpr - x0) / (x1 - x0)
-    partial = torch.trapezoid(
-        torch.cat([tpr[:stop], interp.reshape(1)]), torch.cat([fpr[:stop], fpr.new_tensor([max_fpr])])
-    )
-    min_area = 0.5 * max_fpr**2
-    return 0.5 * (1 + (partial - min_area) / (max_fpr - min_area))
+    return mcclish_partial_auc(*roc_from_counts(fps, tps, warn=False), max_fpr)
 
 
 def weighted_batch_problems(
