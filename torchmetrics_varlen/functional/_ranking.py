@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -101,6 +101,10 @@ class RankSums(NamedTuple):
     n_all: int
     twice_area: int
     ap_sum: float
+
+
+# RankSums, or the float64 sums of weights of ``_weighted.WeightedRankSums`` (its fields in the same order)
+Sums = tuple[float, float, float, float]
 
 
 def _twice_area_of_counts(counts: Counts, neg_before: int) -> int:
@@ -448,41 +452,30 @@ def combine(parts: list[RankSums]) -> RankSums:
     return RankSums(sum(p.n_pos for p in parts), sum(p.n_all for p in parts), sum(p.twice_area for p in parts), ap_sum)
 
 
-def auroc_from_sums(sums: RankSums, device: torch.device, warn: bool = True) -> Tensor:
-    """Exact AUROC; one class only gives 0 with torchmetrics' warnings.
-
-    The area is an integer divided once: exact up to one float64 rounding, whatever the order of the samples.
+def auroc_from_sums(sums: Sums, device: torch.device, warn: bool = True) -> Tensor:
+    """AUROC (float64) of :class:`RankSums` or weighted sums: ``twice_area / (2 * P * N)``, an integer divided once
+    (exact up to one rounding, whatever the order of the samples) or float64 sums of weights. One class only (or
+    zero weight on one side) gives 0 with torchmetrics' warnings.
     """
-    return auroc_from_area(sums.twice_area, sums.n_pos, sums.n_all - sums.n_pos, device, warn)
-
-
-def auroc_from_area(
-    twice_area: float, pos: float, neg: float, device: torch.device, warn: bool = True, stacklevel: int = 4
-) -> Tensor:
-    """``twice_area / (2 * pos * neg)`` as float64, ``pos`` / ``neg`` the (weighted) numbers of positives and
-    negatives; one class only gives 0 with torchmetrics' warnings (``stacklevel`` from here).
-    """
+    pos, total, twice_area, _ = sums
+    neg = total - pos
     if warn and neg <= 0:
-        warnings.warn(_NO_NEGATIVES_ROC, UserWarning, stacklevel=stacklevel)
+        warnings.warn(_NO_NEGATIVES_ROC, UserWarning, stacklevel=3)
     if warn and pos <= 0:
-        warnings.warn(_NO_POSITIVES_ROC, UserWarning, stacklevel=stacklevel)
+        warnings.warn(_NO_POSITIVES_ROC, UserWarning, stacklevel=3)
     if neg <= 0 or pos <= 0:
         return torch.zeros((), dtype=torch.float64, device=device)
     return torch.tensor(float(twice_area) / (2.0 * pos * neg), dtype=torch.float64, device=device)
 
 
-def average_precision_from_sums(sums: RankSums, device: torch.device, warn: bool = True) -> Tensor:
-    """Exact average precision; no positives gives 0 with torchmetrics' warning."""
-    return ap_from_sum(sums.ap_sum, sums.n_pos, device, warn)
-
-
-def ap_from_sum(ap_sum: float, pos: float, device: torch.device, warn: bool = True, stacklevel: int = 4) -> Tensor:
-    """``ap_sum / pos`` as float64, ``pos`` the (weighted) number of positives; none gives 0 with torchmetrics'
-    warning (``stacklevel`` from here).
+def average_precision_from_sums(sums: Sums, device: torch.device, warn: bool = True) -> Tensor:
+    """Average precision (float64) of :class:`RankSums` or weighted sums: ``ap_sum / P``; no positives (no positive
+    weight) gives 0 with torchmetrics' warning.
     """
+    pos, _, _, ap_sum = sums
     if pos <= 0:
         if warn:
-            warnings.warn(_NO_POSITIVES_PR, UserWarning, stacklevel=stacklevel)
+            warnings.warn(_NO_POSITIVES_PR, UserWarning, stacklevel=3)
         return torch.zeros((), dtype=torch.float64, device=device)
     return torch.tensor(ap_sum / pos, dtype=torch.float64, device=device)
 
@@ -584,16 +577,18 @@ class RankStatistic(NamedTuple):
     Attributes:
         name: For messages (``"AUROC"``).
         needs: The rank sums it is computed from (exact and 16-bit modes, sharded compute).
-        from_sums: Its exact float64 value from the sums; ``warn`` gives torchmetrics' one-class warnings.
+        from_sums: Its float64 value from the (exact or weighted) sums; ``warn`` gives torchmetrics' one-class
+            warnings.
         from_binned: Its float64 value from one binned problem ``(confmat (T, 2, 2), thresholds)``.
-        defined: Whether it is defined for ``(positives, negatives)``; undefined classes leave the averages.
+        defined: Whether it is defined for ``(positives, negatives)`` (counts or weights); undefined classes leave
+            the averages.
     """
 
     name: str
     needs: SumsNeeded
-    from_sums: Callable[[RankSums, torch.device, bool], Tensor]
+    from_sums: Callable[[Sums, torch.device, bool], Tensor]
     from_binned: Callable[[Tensor, Tensor], Tensor]
-    defined: Callable[[int, int], bool]
+    defined: Callable[[float, float], bool]
 
 
 def average_over_classes(values: Tensor, support: Tensor, average: Average, what: str) -> Tensor:
@@ -619,7 +614,7 @@ def average_over_classes(values: Tensor, support: Tensor, average: Average, what
 
 def _reduce(
     values: list[Callable[[bool], Tensor]],
-    sizes: list[tuple[int, int]],
+    sizes: list[tuple[float, float]],
     split: Split,
     statistic: RankStatistic,
     device: torch.device,
@@ -629,24 +624,26 @@ def _reduce(
         return as_output(values[0](True))
     pairs = zip(values, sizes, strict=True)
     per_class = [float(v(False)) if statistic.defined(p, a - p) else float("nan") for v, (p, a) in pairs]
-    support = torch.tensor([p for p, _ in sizes], device=device)
+    support = torch.tensor([p for p, _ in sizes], dtype=torch.float64, device=device)
     per = torch.tensor(per_class, dtype=torch.float64, device=device)
     return as_output(average_over_classes(per, support, split.average, statistic.name))
 
 
-def reduce_sums(sums: list[RankSums], split: Split, statistic: RankStatistic, device: torch.device) -> Tensor:
-    """The statistic of every problem from its :class:`RankSums`, reduced by ``split.average`` (float32)."""
+def reduce_sums(sums: Sequence[Sums], split: Split, statistic: RankStatistic, device: torch.device) -> Tensor:
+    """The statistic of every problem from its :class:`RankSums` (or weighted sums), reduced by ``split.average``
+    (float32).
+    """
     values: list[Callable[[bool], Tensor]] = [partial(statistic.from_sums, s, device) for s in sums]
-    return _reduce(values, [(s.n_pos, s.n_all) for s in sums], split, statistic, device)
+    return _reduce(values, [(s[0], s[1]) for s in sums], split, statistic, device)
 
 
 def _binned_value(statistic: RankStatistic, problem: Binned, _warn: bool) -> Tensor:
     return statistic.from_binned(problem.confmat, problem.thresholds)
 
 
-def reduce_problems(problems: list[Problem], split: Split, statistic: RankStatistic) -> Tensor:
-    """The statistic of every counted problem (exact, 16-bit or binned), reduced by ``split.average`` (float32), on
-    the problems' device.
+def reduce_problems(problems: Sequence[Problem], split: Split, statistic: RankStatistic) -> Tensor:
+    """The statistic of every counted problem (exact, 16-bit or binned, whose confusion matrices may hold sums of
+    weights), reduced by ``split.average`` (float32), on the problems' device.
     """
     device = problem_device(problems[0])
     binned = [p for p in problems if isinstance(p, Binned)]
@@ -655,5 +652,5 @@ def reduce_problems(problems: list[Problem], split: Split, statistic: RankStatis
         sums = [rank_sums(p, area=statistic.needs.area, ap=statistic.needs.ap) for p in exact]
         return reduce_sums(sums, split, statistic, device)
     values: list[Callable[[bool], Tensor]] = [partial(_binned_value, statistic, b) for b in binned]
-    sizes = [(int(b.confmat[0, 1].sum()), int(b.confmat[0].sum())) for b in binned]
+    sizes = [(b.confmat[0, 1].sum().item(), b.confmat[0].sum().item()) for b in binned]
     return _reduce(values, sizes, split, statistic, device)
