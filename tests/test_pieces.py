@@ -121,7 +121,7 @@ def test_count_into_adds_the_integers_count_adds(task: str, thresholds: Any) -> 
     """The in-place per-batch count (16-bit and binned modes) gives ``state + count(...)``, batch after batch, for
     batches below and above the sparse / dense switch.
     """
-    from torchmetrics_varlen.functional._count import Mode, count, count_into, empty_state, threshold_tensor
+    from torchmetrics_varlen.functional._count import CountMode, count, count_into, empty_state, threshold_tensor
     from torchmetrics_varlen.functional._tasks import format_inputs
 
     kind = {"binary": "logits", "multiclass": "multiclass", "multilabel": "multilabel"}[task]
@@ -129,7 +129,7 @@ def test_count_into_adds_the_integers_count_adds(task: str, thresholds: Any) -> 
     if task == "multilabel":
         target = target.clone()
         target[::7, 1] = -1  # ignored entries are not counted
-    mode, thr = Mode.of(thresholds), threshold_tensor(thresholds)
+    mode, thr = CountMode.of(thresholds), threshold_tensor(thresholds)
     expected = empty_state(mode, task, C, 7)
     state = expected.clone()
     start = 0

@@ -16,11 +16,10 @@ import torchmetrics_varlen as tv
 from torchmetrics_varlen.functional import auroc, average_precision, precision_recall_curve, roc
 from torchmetrics_varlen.functional._count import binned_confmat
 from torchmetrics_varlen.functional._hist import counts_from_histogram, histogram
+from torchmetrics_varlen.functional._ranking import auroc_from_sums, average_precision_from_sums
 from torchmetrics_varlen.functional._weighted import (
     WeightedRankSums,
     combine_weighted,
-    weighted_auroc_from_sums,
-    weighted_average_precision_from_sums,
     weighted_counts,
     weighted_rank_sums,
 )
@@ -57,8 +56,8 @@ def test_weighted_scalars_equal_sklearn(n: int, seed: int, levels: int | None, z
     assert float(average_precision(preds, target, sample_weight=weight)) == pytest.approx(f32(sk_ap), abs=TOL)
     sums = weighted_rank_sums(weighted_counts(preds, target.bool(), weight))
     device = preds.device
-    assert float(weighted_auroc_from_sums(sums, device)) == pytest.approx(sk_auc, abs=1e-12)
-    assert float(weighted_average_precision_from_sums(sums, device)) == pytest.approx(sk_ap, abs=1e-12)
+    assert float(auroc_from_sums(sums, device)) == pytest.approx(sk_auc, abs=1e-12)
+    assert float(average_precision_from_sums(sums, device)) == pytest.approx(sk_ap, abs=1e-12)
 
 
 @pytest.mark.parametrize("max_fpr", [0.1, 0.5])
@@ -144,7 +143,7 @@ def test_16bit_weighted_equals_exact_on_rounded_scores() -> None:
         hist += histogram(preds[1000:], target[1000:], dtype, weight=weight[1000:])
         assert hist.dtype == torch.float64
         sums = weighted_rank_sums(counts_from_histogram(hist, dtype))
-        assert float(weighted_auroc_from_sums(sums, preds.device)) == pytest.approx(expected, abs=1e-12)
+        assert float(auroc_from_sums(sums, preds.device)) == pytest.approx(expected, abs=1e-12)
 
 
 def test_weighted_binned_confmat() -> None:

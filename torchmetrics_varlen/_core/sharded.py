@@ -36,7 +36,6 @@ from torchmetrics_varlen.functional._tasks import Split
 from torchmetrics_varlen.functional._weighted import (
     WeightedRankSums,
     combine_weighted,
-    reduce_weighted_sums,
     weighted_counts,
     weighted_rank_sums,
 )
@@ -66,7 +65,7 @@ class Sharded(ComputeStrategy):
         assert statistic is not None
         if any(r.modes.get("weights") == "weights" for r in checked.ranks):
             weighted = compute_sharded_weighted(host, checked)
-            return reduce_weighted_sums(weighted, host._split, statistic.name, host.num_samples.device)
+            return reduce_sums(weighted, host._split, statistic, host.num_samples.device)
         sums = compute_sharded(host, checked, statistic.needs)
         return reduce_sums(sums, host._split, statistic, host.num_samples.device)
 

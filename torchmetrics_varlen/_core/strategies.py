@@ -42,7 +42,7 @@ from torchmetrics_varlen._dist.exchange import (
 )
 from torchmetrics_varlen._dist.group import distributed_available as group_initialised
 from torchmetrics_varlen._dist.group import group_position
-from torchmetrics_varlen.functional._count import Mode, Problem, counted_problems, empty_state
+from torchmetrics_varlen.functional._count import CountMode, Problem, counted_problems, empty_state
 from torchmetrics_varlen.functional._ranking import RankStatistic
 from torchmetrics_varlen.functional._tasks import Split, validate_compute_on_rank
 from torchmetrics_varlen.functional._weighted import WeightedProblem, weighted_problems
@@ -60,7 +60,7 @@ class Host(Protocol):
     """
 
     task: str
-    mode: Mode
+    mode: CountMode
     thresholds: Tensor | None
     num_samples: Tensor
     sync_report: SyncReport | None

@@ -1,6 +1,6 @@
 """The state handling shared by every metric of the package; how it syncs and computes is its compute strategy.
 
-A metric keeps one row per sample in list states (exact mode) or a summed state (binned, 16-bit): its ``Mode``.
+A metric keeps one row per sample in list states (exact mode) or a summed state (binned, 16-bit): its ``CountMode``.
 ``update`` validates, drops sampler padding (the ledger, ``_core/ledger.py``), formats and appends (or adds);
 ``compute`` runs after one guarded sync, through the strategy chosen in the constructor (``_core/strategies.py``,
 ``_core/sharded.py``): the sync hooks below hand every step to it or to the functions it shares there. A subclass
@@ -45,7 +45,7 @@ from torchmetrics_varlen._core.strategies import (
     stored_weight_mode,
     strategy_compute,
 )
-from torchmetrics_varlen.functional._count import Mode, Problem, threshold_tensor
+from torchmetrics_varlen.functional._count import CountMode, Problem, threshold_tensor
 from torchmetrics_varlen.functional._ranking import RankStatistic
 from torchmetrics_varlen.functional._tasks import (
     SCALAR_AVERAGES,
@@ -138,7 +138,7 @@ class _VarlenMetric(GuardedMetric):
         for key, value in {**settings, "validate_args": validate_args, "sync_timeout": sync_timeout}.items():
             setattr(self, key, value)
         self.sync_report: SyncReport | None = None
-        self.mode = Mode.of(thresholds)  # exact, binned or 16-bit: decided here, once
+        self.mode = CountMode.of(thresholds)  # exact, binned or 16-bit: decided here, once
         self._split = Split(task, average)
         self._summed = self.mode.state_name  # the summed state's name (None: rows), for the sync
         if (self._takes_weights or self._weight_column) and self.mode.kind == "exact":
@@ -341,7 +341,7 @@ def _rows_of(preds: Any) -> int:
     return (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
 
 
-def choose_strategy(mode: Mode, compute_on_rank: int | None, compute_sharded: bool) -> ComputeStrategy:
+def choose_strategy(mode: CountMode, compute_on_rank: int | None, compute_sharded: bool) -> ComputeStrategy:
     """The metric's compute strategy (``_core/strategies.py``), from its mode and its synchronisation keywords."""
     if mode.state_name is not None:
         return Summed(mode.state_name, joins_collection_sync=compute_on_rank is None)

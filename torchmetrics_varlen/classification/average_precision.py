@@ -27,7 +27,7 @@ class _AveragePrecisionMetric(_VarlenMetric):
         """Exact (or binned) average precision over everything seen by every rank of the process group."""
         weighted = self._weighted_problems()
         if weighted is not None:
-            return reduce_weighted(weighted, self._split, "ap")
+            return reduce_weighted(weighted, self._split, AVERAGE_PRECISION)
         return reduce_problems(self._problems(with_scores=False), self._split, AVERAGE_PRECISION)
 
 

@@ -1,6 +1,6 @@
 """Order and count: the mode of a metric, decided once, and every binary problem of its state in counted form.
 
-Three modes, chosen by the ``thresholds`` argument (:meth:`Mode.of`):
+Three modes, chosen by the ``thresholds`` argument (:meth:`CountMode.of`):
 
 - ``"exact"`` (``None``): the state is the stored rows; each problem is sorted at compute time (``_sort``);
 - ``"binned"`` (an int, a list or a 1-D tensor): a summed multi-threshold confusion matrix per problem
@@ -55,7 +55,7 @@ def problem_device(problem: Problem) -> torch.device:
 
 
 @dataclass(frozen=True)
-class Mode:
+class CountMode:
     """How a metric counts its scores (see the module docstring); a metric decides it once, in its constructor.
 
     Attributes:
@@ -67,7 +67,7 @@ class Mode:
     dtype: torch.dtype | None = None
 
     @classmethod
-    def of(cls, thresholds: Thresholds) -> Mode:
+    def of(cls, thresholds: Thresholds) -> CountMode:
         """The mode of a ``thresholds`` argument."""
         if thresholds is None:
             return cls("exact")
@@ -127,14 +127,14 @@ def binned_confmat(preds: Tensor, target: Tensor, thresholds: Tensor, weight: Te
     return confmat
 
 
-def empty_state(mode: Mode, task: str, width: int, n_thresholds: int) -> Tensor:
+def empty_state(mode: CountMode, task: str, width: int, n_thresholds: int) -> Tensor:
     """The all-zero summed state of a binned or histogram ``mode``."""
     one: tuple[int, ...] = (n_thresholds, 2, 2) if mode.kind == "binned" else (2, BINS)
     d = mode.class_dim
     return torch.zeros(one if task == "binary" else (*one[:d], width, *one[d:]), dtype=torch.int64)
 
 
-def count(mode: Mode, scores: Tensor, labels: Tensor, task: str, thresholds: Tensor | None) -> Tensor:
+def count(mode: CountMode, scores: Tensor, labels: Tensor, task: str, thresholds: Tensor | None) -> Tensor:
     """The summed state of one batch of stored rows (binned or histogram mode), to add to the metric's."""
     if mode.kind == "binned":
         assert thresholds is not None
@@ -154,7 +154,7 @@ def count(mode: Mode, scores: Tensor, labels: Tensor, task: str, thresholds: Ten
 
 
 def count_into(
-    mode: Mode, state: Tensor, scores: Tensor, labels: Tensor, task: str, thresholds: Tensor | None
+    mode: CountMode, state: Tensor, scores: Tensor, labels: Tensor, task: str, thresholds: Tensor | None
 ) -> Tensor:
     """Add one batch of stored rows to the summed ``state`` **in place** and return it: the same integers as
     ``state + count(mode, scores, labels, task, thresholds)``.
@@ -189,7 +189,7 @@ def split_rows(split: Split, preds: Pieces, target: Pieces) -> list[tuple[Pieces
 
 
 def counted_problems(
-    mode: Mode,
+    mode: CountMode,
     state: Tensor | tuple[Pieces, Pieces],
     split: Split,
     thresholds: Tensor | None,
@@ -222,7 +222,7 @@ def batch_problems(
     ``in_unit``: whether every score lies in [0, 1], when the checks found out (:meth:`RankingArgs.validate`). A
     binary batch's range is read once: it decides the sigmoid and, when it holds, the compact sort keys.
     """
-    mode, thresholds = Mode.of(args.thresholds), threshold_tensor(args.thresholds, preds.device)
+    mode, thresholds = CountMode.of(args.thresholds), threshold_tensor(args.thresholds, preds.device)
     if in_unit is None and args.task == "binary" and args.ignore_index is None and args.normalization is not None:
         in_unit = within(preds, 0, 1)
     # exact binary scores sorted on CPU as packed keys: the labels go in as they are (non-zero: positive)

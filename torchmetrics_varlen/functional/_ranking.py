@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -101,6 +101,10 @@ class RankSums(NamedTuple):
     n_all: int
     twice_area: int
     ap_sum: float
+
+
+# RankSums, or the float64 sums of weights of ``_weighted.WeightedRankSums`` (its fields in the same order)
+Sums = tuple[float, float, float, float]
 
 
 def _twice_area_of_counts(counts: Counts, neg_before: int) -> int:
@@ -448,41 +452,30 @@ def combine(parts: list[RankSums]) -> RankSums:
     return RankSums(sum(p.n_pos for p in parts), sum(p.n_all for p in parts), sum(p.twice_area for p in parts), ap_sum)
 
 
-def auroc_from_sums(sums: RankSums, device: torch.device, warn: bool = True) -> Tensor:
-    """Exact AUROC; one class only gives 0 with torchmetrics' warnings.
-
-    The area is an integer divided once: exact up to one float64 rounding, whatever the order of the samples.
+def auroc_from_sums(sums: Sums, device: torch.device, warn: bool = True) -> Tensor:
+    """AUROC (float64) of :class:`RankSums` or weighted sums: ``twice_area / (2 * P * N)``, an integer divided once
+    (exact up to one rounding, whatever the order of the samples) or float64 sums of weights. One class only (or
+    zero weight on one side) gives 0 with torchmetrics' warnings.
     """
-    return auroc_from_area(sums.twice_area, sums.n_pos, sums.n_all - sums.n_pos, device, warn)
-
-
-def auroc_from_area(
-    twice_area: float, pos: float, neg: float, device: torch.device, warn: bool = True, stacklevel: int = 4
-) -> Tensor:
-    """``twice_area / (2 * pos * neg)`` as float64, ``pos`` / ``neg`` the (weighted) numbers of positives and
-    negatives; one class only gives 0 with torchmetrics' warnings (``stacklevel`` from here).
-    """
+    pos, total, twice_area, _ = sums
+    neg = total - pos
     if warn and neg <= 0:
-        warnings.warn(_NO_NEGATIVES_ROC, UserWarning, stacklevel=stacklevel)
+        warnings.warn(_NO_NEGATIVES_ROC, UserWarning, stacklevel=3)
     if warn and pos <= 0:
-        warnings.warn(_NO_POSITIVES_ROC, UserWarning, stacklevel=stacklevel)
+        warnings.warn(_NO_POSITIVES_ROC, UserWarning, stacklevel=3)
     if neg <= 0 or pos <= 0:
         return torch.zeros((), dtype=torch.float64, device=device)
     return torch.tensor(float(twice_area) / (2.0 * pos * neg), dtype=torch.float64, device=device)
 
 
-def average_precision_from_sums(sums: RankSums, device: torch.device, warn: bool = True) -> Tensor:
-    """Exact average precision; no positives gives 0 with torchmetrics' warning."""
-    return ap_from_sum(sums.ap_sum, sums.n_pos, device, warn)
-
-
-def ap_from_sum(ap_sum: float, pos: float, device: torch.device, warn: bool = True, stacklevel: int = 4) -> Tensor:
-    """``ap_sum / pos`` as float64, ``pos`` the (weighted) number of positives; none gives 0 with torchmetrics'
-    warning (``stacklevel`` from here).
+def average_precision_from_sums(sums: Sums, device: torch.device, warn: bool = True) -> Tensor:
+    """Average precision (float64) of :class:`RankSums` or weighted sums: ``ap_sum / P``; no positives (no positive
+    weight) gives 0 with torchmetrics' warning.
     """
+    pos, _, _, ap_sum = sums
     if pos <= 0:
         if warn:
-            warnings.warn(_NO_POSITIVES_PR, UserWarning, stacklevel=stacklevel)
+            warnings.warn(_NO_POSITIVES_PR, UserWarning, stacklevel=3)
         return torch.zeros((), dtype=torch.float64, device=device)
     return torch.tensor(ap_sum / pos, dtype=torch.float64, device=device)
 
@@ -495,12 +488,15 @@ def partial_auroc(problem: Problem, max_fpr: float) -> Tensor:
         return binned_auroc(problem.confmat, problem.thresholds, max_fpr)
     n_pos, n_all = size(problem)
     if n_pos and n_all - n_pos:
-        return _partial_auroc(*descending(materialize(problem, with_scores=True))[:2], max_fpr)
+        fps, tps, _ = descending(materialize(problem, with_scores=True))
+        return mcclish_partial_auc(*roc_from_counts(fps, tps, warn=False), max_fpr)
     return auroc_from_sums(RankSums(n_pos, n_all, 0, 0.0), problem_device(problem))
 
 
 def roc_from_counts(fps: Tensor, tps: Tensor, warn: bool = True) -> tuple[Tensor, Tensor]:
-    """Float64 ``(fpr, tpr)`` with the origin prepended; a class that is absent gives a zero rate and a warning."""
+    """Float64 ``(fpr, tpr)`` of descending counts (integers, or float64 sums of weights), the origin prepended; a
+    class that is absent (nothing, or zero weight) gives a zero rate and a warning.
+    """
     zero = fps.new_zeros(1)
     fps = torch.cat([zero, fps])
     tps = torch.cat([zero, tps])
@@ -509,7 +505,7 @@ def roc_from_counts(fps: Tensor, tps: Tensor, warn: bool = True) -> tuple[Tensor
 
 def _rate(cumulative: Tensor, warn: bool, absent: str) -> Tensor:
     """``cumulative / cumulative[-1]`` in float64; zeros (and the ``absent`` warning) when the total is 0."""
-    total = int(cumulative[-1])
+    total = cumulative[-1].item()  # an int for counts, a float for sums of weights
     if total > 0:
         return cumulative.double() / total
     if warn:
@@ -517,15 +513,17 @@ def _rate(cumulative: Tensor, warn: bool, absent: str) -> Tensor:
     return torch.zeros_like(cumulative, dtype=torch.float64)
 
 
-def _partial_auroc(fps: Tensor, tps: Tensor, max_fpr: float) -> Tensor:
-    """McClish-standardised partial AUC up to ``max_fpr`` (scikit-learn's ``max_fpr``), both classes present."""
-    fpr, tpr = roc_from_counts(fps, tps, warn=False)
-    stop = int(torch.searchsorted(fpr, torch.tensor(max_fpr, dtype=torch.float64, device=fpr.device), right=True))
+def mcclish_partial_auc(fpr: Tensor, tpr: Tensor, max_fpr: float) -> Tensor:
+    """McClish-standardised partial AUC up to ``max_fpr`` (scikit-learn's ``max_fpr``) of a float64 ROC curve,
+    ``fpr`` increasing: the curve cut at ``max_fpr`` (its ``tpr`` there interpolated linearly), its trapezoidal area
+    mapped to 0.5 (the diagonal) .. 1 (perfect). Exact, weighted and binned curves alike.
+    """
+    stop = int(torch.searchsorted(fpr, fpr.new_tensor(max_fpr), right=True))
     x0, x1, y0, y1 = fpr[stop - 1], fpr[stop], tpr[stop - 1], tpr[stop]
     interp = y0 + (y1 - y0) * (max_fpr - x0) / (x1 - x0)
-    x = torch.cat([fpr[:stop], fpr.new_tensor([max_fpr])])
-    y = torch.cat([tpr[:stop], interp.reshape(1)])
-    partial = torch.trapezoid(y, x)
+    partial = torch.trapezoid(
+        torch.cat([tpr[:stop], interp.reshape(1)]), torch.cat([fpr[:stop], fpr.new_tensor([max_fpr])])
+    )
     min_area = 0.5 * max_fpr**2
     return 0.5 * (1 + (partial - min_area) / (max_fpr - min_area))
 
@@ -555,13 +553,7 @@ def binned_auroc(confmat: Tensor, thresholds: Tensor, max_fpr: float | None = No
     fpr = binned_rate(fps, tns, thresholds, 0.0).flip(0)
     if max_fpr is None or max_fpr == 1 or fpr.sum() == 0 or tpr.sum() == 0:
         return torch.trapezoid(tpr, fpr)
-    limit = fpr.new_tensor(max_fpr)
-    stop = int(torch.bucketize(limit, fpr, right=True))
-    weight = (limit - fpr[stop - 1]) / (fpr[stop] - fpr[stop - 1])
-    interp = torch.lerp(tpr[stop - 1], tpr[stop], weight)
-    partial = torch.trapezoid(torch.cat([tpr[:stop], interp.reshape(1)]), torch.cat([fpr[:stop], limit.reshape(1)]))
-    min_area = 0.5 * max_fpr**2
-    return 0.5 * (1 + (partial - min_area) / (max_fpr - min_area))
+    return mcclish_partial_auc(fpr, tpr, max_fpr)
 
 
 def binned_average_precision(confmat: Tensor) -> Tensor:
@@ -585,16 +577,18 @@ class RankStatistic(NamedTuple):
     Attributes:
         name: For messages (``"AUROC"``).
         needs: The rank sums it is computed from (exact and 16-bit modes, sharded compute).
-        from_sums: Its exact float64 value from the sums; ``warn`` gives torchmetrics' one-class warnings.
+        from_sums: Its float64 value from the (exact or weighted) sums; ``warn`` gives torchmetrics' one-class
+            warnings.
         from_binned: Its float64 value from one binned problem ``(confmat (T, 2, 2), thresholds)``.
-        defined: Whether it is defined for ``(positives, negatives)``; undefined classes leave the averages.
+        defined: Whether it is defined for ``(positives, negatives)`` (counts or weights); undefined classes leave
+            the averages.
     """
 
     name: str
     needs: SumsNeeded
-    from_sums: Callable[[RankSums, torch.device, bool], Tensor]
+    from_sums: Callable[[Sums, torch.device, bool], Tensor]
     from_binned: Callable[[Tensor, Tensor], Tensor]
-    defined: Callable[[int, int], bool]
+    defined: Callable[[float, float], bool]
 
 
 def average_over_classes(values: Tensor, support: Tensor, average: Average, what: str) -> Tensor:
@@ -620,7 +614,7 @@ def average_over_classes(values: Tensor, support: Tensor, average: Average, what
 
 def _reduce(
     values: list[Callable[[bool], Tensor]],
-    sizes: list[tuple[int, int]],
+    sizes: list[tuple[float, float]],
     split: Split,
     statistic: RankStatistic,
     device: torch.device,
@@ -630,24 +624,26 @@ def _reduce(
         return as_output(values[0](True))
     pairs = zip(values, sizes, strict=True)
     per_class = [float(v(False)) if statistic.defined(p, a - p) else float("nan") for v, (p, a) in pairs]
-    support = torch.tensor([p for p, _ in sizes], device=device)
+    support = torch.tensor([p for p, _ in sizes], dtype=torch.float64, device=device)
     per = torch.tensor(per_class, dtype=torch.float64, device=device)
     return as_output(average_over_classes(per, support, split.average, statistic.name))
 
 
-def reduce_sums(sums: list[RankSums], split: Split, statistic: RankStatistic, device: torch.device) -> Tensor:
-    """The statistic of every problem from its :class:`RankSums`, reduced by ``split.average`` (float32)."""
+def reduce_sums(sums: Sequence[Sums], split: Split, statistic: RankStatistic, device: torch.device) -> Tensor:
+    """The statistic of every problem from its :class:`RankSums` (or weighted sums), reduced by ``split.average``
+    (float32).
+    """
     values: list[Callable[[bool], Tensor]] = [partial(statistic.from_sums, s, device) for s in sums]
-    return _reduce(values, [(s.n_pos, s.n_all) for s in sums], split, statistic, device)
+    return _reduce(values, [(s[0], s[1]) for s in sums], split, statistic, device)
 
 
 def _binned_value(statistic: RankStatistic, problem: Binned, _warn: bool) -> Tensor:
     return statistic.from_binned(problem.confmat, problem.thresholds)
 
 
-def reduce_problems(problems: list[Problem], split: Split, statistic: RankStatistic) -> Tensor:
-    """The statistic of every counted problem (exact, 16-bit or binned), reduced by ``split.average`` (float32), on
-    the problems' device.
+def reduce_problems(problems: Sequence[Problem], split: Split, statistic: RankStatistic) -> Tensor:
+    """The statistic of every counted problem (exact, 16-bit or binned, whose confusion matrices may hold sums of
+    weights), reduced by ``split.average`` (float32), on the problems' device.
     """
     device = problem_device(problems[0])
     binned = [p for p in problems if isinstance(p, Binned)]
@@ -656,5 +652,5 @@ def reduce_problems(problems: list[Problem], split: Split, statistic: RankStatis
         sums = [rank_sums(p, area=statistic.needs.area, ap=statistic.needs.ap) for p in exact]
         return reduce_sums(sums, split, statistic, device)
     values: list[Callable[[bool], Tensor]] = [partial(_binned_value, statistic, b) for b in binned]
-    sizes = [(int(b.confmat[0, 1].sum()), int(b.confmat[0].sum())) for b in binned]
+    sizes = [(b.confmat[0, 1].sum().item(), b.confmat[0].sum().item()) for b in binned]
     return _reduce(values, sizes, split, statistic, device)

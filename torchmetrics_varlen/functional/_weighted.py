@@ -16,29 +16,28 @@ Entry points for the metric classes (all pure tensor math, no validation beyond 
   (float64, summed across ranks like the integer ones);
 - :class:`WeightedRankSums`, :func:`weighted_rank_sums`, :func:`combine_weighted`: the additive core of a range of
   scores for the sharded compute, as :class:`~torchmetrics_varlen.functional._ranking.RankSums`;
-- :func:`weighted_problems` and :func:`reduce_weighted`: every problem of a weighted state, and the reduced value.
+- :func:`weighted_problems` and :func:`reduce_weighted`: every problem of a weighted state, and the reduced value
+  (the statistic's own functions: its ``from_sums`` takes weighted sums as it takes
+  :class:`~torchmetrics_varlen.functional._ranking.RankSums`).
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen.functional._count import Binned, Mode, binned_confmat, threshold_tensor
+from torchmetrics_varlen.functional._count import Binned, CountMode, binned_confmat, threshold_tensor
 from torchmetrics_varlen.functional._hist import counts_from_histogram, histogram
 from torchmetrics_varlen.functional._ranking import (
-    _NO_NEGATIVES_ROC,
-    _NO_POSITIVES_ROC,
-    ap_from_sum,
-    as_output,
-    auroc_from_area,
-    average_over_classes,
-    binned_auroc,
-    binned_average_precision,
+    RankStatistic,
+    auroc_from_sums,
     descending,
+    mcclish_partial_auc,
+    reduce_problems,
+    reduce_sums,
+    roc_from_counts,
 )
 from torchmetrics_varlen.functional._sort import Counts, running_sum
 from torchmetrics_varlen.functional._tasks import RankingArgs, Split, format_inputs
@@ -156,7 +155,7 @@ def weighted_counts(scores: Tensor, positives: Tensor, weight: Tensor, with_scor
 
 
 def weighted_problems(
-    mode: Mode, scores: Tensor, labels: Tensor, weight: Tensor, split: Split, thresholds: Tensor | None
+    mode: CountMode, scores: Tensor, labels: Tensor, weight: Tensor, split: Split, thresholds: Tensor | None
 ) -> list[WeightedProblem]:
     """Every binary problem of one weighted batch of stored rows, counted in ``mode`` (float64 counts)."""
     problems: list[WeightedProblem] = []
@@ -173,7 +172,8 @@ def weighted_problems(
 
 
 class WeightedRankSums(NamedTuple):
-    """:class:`~torchmetrics_varlen.functional._ranking.RankSums` with sample weights (all float64 sums).
+    """:class:`~torchmetrics_varlen.functional._ranking.RankSums` with sample weights (all float64 sums), its fields in
+    the same order: the ``from_sums`` of a statistic takes either.
 
     Attributes:
         w_pos: Weight of the positives (``P``).
@@ -223,51 +223,15 @@ def combine_weighted(parts: list[WeightedRankSums]) -> WeightedRankSums:
     return total
 
 
-def weighted_auroc_from_sums(sums: WeightedRankSums, device: torch.device, warn: bool = True) -> Tensor:
-    """Weighted AUROC (float64); one class only (zero weight on one side) gives 0 with torchmetrics' warnings."""
-    return auroc_from_area(sums.twice_area, sums.w_pos, sums.w_all - sums.w_pos, device, warn)
-
-
-def weighted_average_precision_from_sums(sums: WeightedRankSums, device: torch.device, warn: bool = True) -> Tensor:
-    """Weighted average precision (float64); no positive weight gives 0 with torchmetrics' warning."""
-    return ap_from_sum(sums.ap_sum, sums.w_pos, device, warn)
-
-
-def weighted_rates(fps: Tensor, tps: Tensor, warn: bool = True) -> tuple[Tensor, Tensor]:
-    """Float64 ``(fpr, tpr)`` of weighted descending counts, origin prepended; an absent class gives zeros (warns)."""
-    zero = fps.new_zeros(1)
-    out = []
-    for cumulative, absent in (
-        (torch.cat([zero, fps]), _NO_NEGATIVES_ROC),
-        (torch.cat([zero, tps]), _NO_POSITIVES_ROC),
-    ):
-        total = float(cumulative[-1])
-        if total > 0:
-            out.append(cumulative.double() / total)
-            continue
-        if warn:
-            warnings.warn(absent, UserWarning, stacklevel=4)
-        out.append(torch.zeros_like(cumulative, dtype=torch.float64))
-    return out[0], out[1]
-
-
 def weighted_partial_auroc(counts: Counts, max_fpr: float) -> Tensor:
     """McClish-standardised weighted partial AUC up to ``max_fpr`` (scikit-learn's ``max_fpr``); one class only
     gives 0 with torchmetrics' warnings.
     """
     sizes = weighted_rank_sums(counts)
     if sizes.w_pos <= 0 or sizes.w_all - sizes.w_pos <= 0:
-        return weighted_auroc_from_sums(sizes, counts.pos_le.device)
+        return auroc_from_sums(sizes, counts.pos_le.device)
     fps, tps, _ = descending(counts)
-    fpr, tpr = weighted_rates(fps, tps, warn=False)
-    stop = int(torch.searchsorted(fpr, torch.tensor(max_fpr, dtype=torch.float64, device=fpr.device), right=True))
-    x0, x1, y0, y1 = fpr[stop - 1], fpr[stop], tpr[stop - 1], tpr[stop]
-    interp = y0 + (y1 - y0) * (max_fpr - x0) / (x1 - x0)
-    partial = torch.trapezoid(
-        torch.cat([tpr[:stop], interp.reshape(1)]), torch.cat([fpr[:stop], fpr.new_tensor([max_fpr])])
-    )
-    min_area = 0.5 * max_fpr**2
-    return 0.5 * (1 + (partial - min_area) / (max_fpr - min_area))
+    return mcclish_partial_auc(*roc_from_counts(fps, tps, warn=False), max_fpr)
 
 
 def weighted_batch_problems(
@@ -278,55 +242,18 @@ def weighted_batch_problems(
     """
     weight = check_sample_weight(sample_weight, preds, target, args.task)
     scores, labels, w = weighted_rows(preds, target, weight, args.task, args.ignore_index, args.normalization)
-    thresholds = threshold_tensor(args.thresholds, preds.device)
-    return weighted_problems(Mode.of(args.thresholds), scores, labels, w, Split(args.task, args.average), thresholds)
+    mode, thresholds = CountMode.of(args.thresholds), threshold_tensor(args.thresholds, preds.device)
+    return weighted_problems(mode, scores, labels, w, Split(args.task, args.average), thresholds)
 
 
-def reduce_weighted(problems: list[WeightedProblem], split: Split, statistic: str) -> Tensor:
-    """Weighted AUROC (``statistic="auroc"``) or AP (``"ap"``) of every problem, reduced by ``average`` (float32).
+def reduce_weighted(problems: list[WeightedProblem], split: Split, statistic: RankStatistic) -> Tensor:
+    """The weighted ``statistic`` (``AUROC``, ``AVERAGE_PRECISION``) of every problem, reduced by ``average``
+    (float32), as :func:`~torchmetrics_varlen.functional._ranking.reduce_problems` does without weights.
 
     One problem: its value (0 and a warning when undefined). One per class: NaN where undefined (no positive weight,
     or for AUROC no negative weight), left out of the averages; ``"weighted"`` weighs by the positives' weight.
     """
-    if not isinstance(problems[0], Binned):
-        sums = [weighted_rank_sums(p) for p in problems if not isinstance(p, Binned)]
-        return reduce_weighted_sums(sums, split, statistic, problems[0].pos_le.device)
-    device = problems[0].confmat.device
-    auroc = statistic.lower() == "auroc"
-    values: list[float] = []
-    support: list[float] = []
-    for problem in problems:
-        assert isinstance(problem, Binned)
-        w_pos, w_all = float(problem.confmat[0, 1].sum()), float(problem.confmat[0].sum())
-        value = (
-            binned_auroc(problem.confmat, problem.thresholds) if auroc else binned_average_precision(problem.confmat)
-        )
-        if not split.per_class:
-            return as_output(value)
-        defined = w_pos > 0 and (w_all - w_pos > 0 or not auroc)
-        values.append(float(value) if defined else float("nan"))
-        support.append(w_pos)
-    return _average(values, support, split, auroc, device)
-
-
-def reduce_weighted_sums(sums: list[WeightedRankSums], split: Split, statistic: str, device: torch.device) -> Tensor:
-    """Weighted AUROC (``statistic`` ``"auroc"`` / ``"AUROC"``) or AP of every problem's :class:`WeightedRankSums`,
-    reduced as :func:`reduce_weighted` does (float32).
-    """
-    auroc = statistic.lower() == "auroc"
-    from_sums = weighted_auroc_from_sums if auroc else weighted_average_precision_from_sums
-    if not split.per_class:
-        return as_output(from_sums(sums[0], device, True))
-    values: list[float] = []
-    support: list[float] = []
-    for s in sums:
-        defined = s.w_pos > 0 and (s.w_all - s.w_pos > 0 or not auroc)
-        values.append(float(from_sums(s, device, False)) if defined else float("nan"))
-        support.append(s.w_pos)
-    return _average(values, support, split, auroc, device)
-
-
-def _average(values: list[float], support: list[float], split: Split, auroc: bool, device: torch.device) -> Tensor:
-    per = torch.tensor(values, dtype=torch.float64, device=device)
-    weights = torch.tensor(support, dtype=torch.float64, device=device)
-    return as_output(average_over_classes(per, weights, split.average, "AUROC" if auroc else "Average precision"))
+    if isinstance(problems[0], Binned):
+        return reduce_problems([p for p in problems if isinstance(p, Binned)], split, statistic)
+    sums = [weighted_rank_sums(p) for p in problems if not isinstance(p, Binned)]
+    return reduce_sums(sums, split, statistic, problems[0].pos_le.device)

@@ -45,7 +45,7 @@ def _compute_weighted(problems: list[WeightedProblem], split: Split, max_fpr: fl
         if isinstance(problem, Binned):
             return as_output(binned_auroc(problem.confmat, problem.thresholds, max_fpr))
         return as_output(weighted_partial_auroc(problem, max_fpr))
-    return reduce_weighted(problems, split, "auroc")
+    return reduce_weighted(problems, split, AUROC)
 
 
 def auroc(

@@ -85,6 +85,7 @@ def average_precision(
     args = RankingArgs(task, num_classes, num_labels, average, thresholds, ignore_index, normalization)
     in_unit = args.validate(preds, target) if validate_args else None
     if sample_weight is not None:
-        return reduce_weighted(weighted_batch_problems(preds, target, sample_weight, args), Split(task, average), "ap")
+        weighted = weighted_batch_problems(preds, target, sample_weight, args)
+        return reduce_weighted(weighted, Split(task, average), AVERAGE_PRECISION)
     problems = batch_problems(preds, target, args, with_scores=False, in_unit=in_unit)
     return reduce_problems(problems, Split(task, average), AVERAGE_PRECISION)

@@ -22,7 +22,7 @@ from torchmetrics_varlen.functional._ranking import (
 )
 from torchmetrics_varlen.functional._sort import Counts, materialize
 from torchmetrics_varlen.functional._tasks import CURVE_AVERAGES, Normalization, RankingArgs, Split, Thresholds
-from torchmetrics_varlen.functional._weighted import weighted_batch_problems, weighted_rates
+from torchmetrics_varlen.functional._weighted import weighted_batch_problems
 
 Curve = tuple[Tensor, Tensor, Tensor] | tuple[list[Tensor], list[Tensor], list[Tensor]]
 CurveAverage = Literal["micro", "macro"] | None
@@ -30,8 +30,7 @@ CurveAverage = Literal["micro", "macro"] | None
 
 def _exact_roc(counts: Counts) -> tuple[Tensor, Tensor, Tensor]:
     fps, tps, thr = descending(counts)
-    # Floating counts are sums of sample weights (their totals need not be whole numbers).
-    fpr, tpr = weighted_rates(fps, tps) if fps.is_floating_point() else roc_from_counts(fps, tps)
+    fpr, tpr = roc_from_counts(fps, tps)  # integer counts, or float64 sums of sample weights
     return as_output(fpr), as_output(tpr), torch.cat([thr.new_ones(1), thr])
 
 
