@@ -271,3 +271,29 @@ def test_a_refused_first_batch_decides_no_dedup_mode(kind: str, refused: str, da
     report = metric.sync_report
     assert report is not None
     assert (report.kept, report.rejected) == (12, 6)
+
+
+@pytest.mark.parametrize("kind", ["auroc", "varlen"])
+def test_counters_without_a_numpy_view_count_the_same(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counter states the ledger cannot view through NumPy (on a GPU, or without NumPy) are added to as tensors and
+    their values kept host-side (no device read per batch): the counts, the padding cut and the value are the same.
+    """
+
+    def no_view(self: torch.Tensor) -> Any:
+        raise RuntimeError("Numpy is not available")
+
+    names = ("rows_seen", "padding_dropped") if kind == "auroc" else ("varlen_rows", "varlen_padding")
+    with_view = _makers()[kind](10)
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.Tensor, "numpy", no_view)
+        without = _makers()[kind](10)
+        for start in range(0, 12, 3):  # positions 10 and 11 are padding
+            without.update(*_batch(kind, slice(start, start + 3)))
+        assert all(entry[1] is None for entry in without._ledger._views.values())
+    for start in range(0, 12, 3):
+        with_view.update(*_batch(kind, slice(start, start + 3)))
+    for m in (with_view, without):
+        assert [int(getattr(m, n)) for n in names] == [12, 2]
+        assert m._ledger.position(m) == 12
+        assert float(m.compute()) == pytest.approx(roc_auc_score(TARGET[:10], PREDS[:10]), abs=1e-6)
+    assert torch.equal(with_view.compute(), without.compute())

@@ -118,8 +118,8 @@ class Ledger:
         self.persistent = False  # for a ledger that keeps its own counters (the host's states decide otherwise)
         self.warned = False
         self.dealt = 0  # rows of every batch this process gave the ledger (taken or refused), never reset
-        self._views: dict[str, tuple[Tensor, Any, int]] = {}  # per counter: the tensor this ledger made, its NumPy
-        # view, its memory address
+        # per counter: [the tensor this ledger made, its NumPy view (CPU), its memory address, its value (elsewhere)]
+        self._views: dict[str, list[Any]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         """Without the views: a copy makes its own (its tensors are other objects; a view would write elsewhere)."""
@@ -156,10 +156,11 @@ class Ledger:
         view = entry[1]
         if view is not None:
             view[()] += n
-        else:
+        else:  # another device: added there, its value kept here (reading it would wait for the device)
             entry[0].add_(n)
+            entry[3] += n
 
-    def _own(self, host: Any, name: str, value: Tensor) -> tuple[Tensor, Any, int]:
+    def _own(self, host: Any, name: str, value: Tensor) -> list[Any]:
         mine = value.detach().clone()
         setattr(host, name, mine)
         view = None
@@ -168,15 +169,15 @@ class Ledger:
                 view = mine.numpy()
             except (RuntimeError, TypeError):  # no NumPy: tensor additions
                 view = None
-        entry = self._views[name] = (mine, view, mine.data_ptr())
+        entry = self._views[name] = [mine, view, mine.data_ptr(), int(mine)]
         return entry
 
     def count(self, host: Any, name: str) -> int:
         """The value of the host's counter state ``name``."""
         value = host.__dict__[name]
         entry = self._views.get(name)
-        if entry is not None and entry[0] is value and entry[1] is not None and value.data_ptr() == entry[2]:
-            return int(entry[1])
+        if entry is not None and entry[0] is value and value.data_ptr() == entry[2]:
+            return int(entry[1]) if entry[1] is not None else int(entry[3])
         return int(value)
 
     def counts(self, host: Any) -> list[int]:
