@@ -280,7 +280,8 @@ def test_counters_without_a_numpy_view_count_the_same(kind: str, monkeypatch: py
     """
 
     def no_view(self: torch.Tensor) -> Any:
-        raise RuntimeError("Numpy is not available")
+        msg = "Numpy is not available"
+        raise RuntimeError(msg)
 
     names = ("rows_seen", "padding_dropped") if kind == "auroc" else ("varlen_rows", "varlen_padding")
     with_view = _makers()[kind](10)
