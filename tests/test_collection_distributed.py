@@ -138,3 +138,39 @@ def test_members_updated_directly_bypass_no_padding_silently(pool: DistPool) -> 
         assert "to be updated through the collection" in error
         assert "its own `dataset_size=`" in error
         assert value == expected
+
+
+def case_padding_only_batch_between_computes(rank: int, world: int, forward: bool) -> list[Any]:
+    """``DistributedSampler(range(3), 2, shuffle=False)`` in batches of one, a ``compute()`` after each batch: rank 1's
+    second batch is all padding, rank 0's is a real sample.
+    """
+    import torch
+    from torchmetrics.classification import BinaryAccuracy
+
+    from torchmetrics_varlen import VarlenCollection
+
+    preds, target = torch.tensor([0.2, 0.6, 0.7]), torch.tensor([0, 1, 0])
+    collection = VarlenCollection({"a": VarlenAUROC(), "b": BinaryAccuracy()}, dataset_size=3, sync_timeout=10)
+    out: list[Any] = []
+    for i in [[0, 2], [1, 0]][rank]:
+        step = collection.forward if forward else collection.update
+        step(preds[[i]], target[[i]])
+        values = collection.compute()
+        report = collection.sync_report
+        out.append((float(values["a"]), float(values["b"]), report.seen_per_rank, report.kept))
+    return out
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("forward", [False, True])
+def test_a_padding_only_batch_leaves_no_stale_value(pool: DistPool, forward: bool) -> None:
+    """A batch of sampler padding reaches no member of a ``VarlenCollection(dataset_size=N)``, yet the members' cached
+    values are stale on that rank too (found by a user review: that rank returned the first compute()'s value
+    without a sync, and the other rank, whose batch was real, timed out waiting for it).
+    """
+    whole = (f32(roc_auc_score([0, 1, 0], [0.2, 0.6, 0.7])), 2 / 3)
+    first = (f32(roc_auc_score([0, 1], [0.2, 0.6])), 1.0)
+    for outcome in pool.values(case_padding_only_batch_between_computes, 2, forward):
+        assert outcome[0][:2] == pytest.approx(first, abs=1e-7)
+        assert outcome[1][:2] == pytest.approx(whole, abs=1e-7)
+        assert outcome[1][2:] == ((2, 2), 3)

@@ -141,6 +141,10 @@ class VarlenCollection(MetricCollection):
                 finally:
                     for metric in checked:  # a check not used by its update (another member refused the batch)
                         metric._checked_batch = None
+            else:  # all sampler padding: no member takes it, but every member's cached value is stale, as after
+                # an update (a rank whose batch was real syncs at its next compute(); this one must sync with it)
+                for metric in self.values(copy_state=False):
+                    metric._computed = None
         self._mode = self._mode or ("ids" if ids is not None else "none")
         return out
 
