@@ -118,4 +118,4 @@ def share_states(first: Metric, other: Metric) -> None:
         value = getattr(first, name)
         if getattr(other, name) is not value:
             setattr(other, name, value)
-    other._update_count = first._update_count
+    other.__dict__["_update_count"] = first._update_count  # torchmetrics' plain counter, as its update wrapper sets it

@@ -118,7 +118,7 @@ class Ledger:
         self.persistent = False  # for a ledger that keeps its own counters (the host's states decide otherwise)
         self.warned = False
         self.dealt = 0  # rows of every batch this process gave the ledger (taken or refused), never reset
-        # per counter: [the tensor this ledger made, its NumPy view (CPU), its memory address, its value (elsewhere)]
+        # per counter: [the tensor this ledger made, its NumPy view (CPU), its memory address, its value]
         self._views: dict[str, list[Any]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -156,9 +156,9 @@ class Ledger:
         view = entry[1]
         if view is not None:
             view[()] += n
-        else:  # another device: added there, its value kept here (reading it would wait for the device)
+        else:  # another device: added there (reading it back would wait for the device)
             entry[0].add_(n)
-            entry[3] += n
+        entry[3] += n  # its value, kept here too
 
     def _own(self, host: Any, name: str, value: Tensor) -> list[Any]:
         mine = value.detach().clone()
@@ -176,8 +176,8 @@ class Ledger:
         """The value of the host's counter state ``name``."""
         value = host.__dict__[name]
         entry = self._views.get(name)
-        if entry is not None and entry[0] is value and value.data_ptr() == entry[2]:
-            return int(entry[1]) if entry[1] is not None else int(entry[3])
+        if entry is not None and entry[0] is value:  # a tensor this ledger writes (moved memory keeps its value)
+            return int(entry[3])
         return int(value)
 
     def counts(self, host: Any) -> list[int]:
