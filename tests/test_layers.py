@@ -121,3 +121,34 @@ def test_internals_example_runs() -> None:
     page = (PACKAGE.parent / "docs" / "pages" / "internals.md").read_text()
     code = page.split("```python\n", 1)[1].split("```", 1)[0]
     exec(compile(code, "internals.md", "exec"), {})
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if not m.startswith("torchmetrics_varlen.functional")))
+def test_modules_stay_small_outside_functional(module: str) -> None:
+    """A module a maintainer can read in one sitting: at most 400 lines outside ``functional/`` (issue #30)."""
+    lines = len(MODULES[module].read_text().splitlines())
+    assert lines <= 400, f"{module} has {lines} lines: split it along a responsibility (docs/pages/internals.md)"
+
+
+def test_no_descriptor_or_setattr_override_on_the_metric_side() -> None:
+    """Plain state (issue #30): no metric or collection class of the package holds a data descriptor (a state that
+    would write when read; ``property`` aside) or overrides ``__setattr__``, except ``Varlen``, whose ``__setattr__``
+    forwards the wrapped metric's state names to it (what it proxies, not a faster path).
+    """
+    import inspect
+
+    found = []
+    for module_name in MODULES:
+        module = __import__(module_name, fromlist=["_"])
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if not cls.__module__.startswith("torchmetrics_varlen") or not issubclass(cls, torch.nn.Module):
+                continue
+            for name, value in vars(cls).items():
+                if name == "__setattr__" and cls.__name__ != "Varlen":
+                    found.append(f"{cls.__qualname__}.__setattr__")
+                kind = type(value)
+                if name.startswith("__") or isinstance(value, property):
+                    continue
+                if hasattr(kind, "__get__") and hasattr(kind, "__set__"):
+                    found.append(f"{cls.__qualname__}.{name}: a data descriptor ({kind.__name__})")
+    assert not found, found

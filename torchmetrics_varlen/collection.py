@@ -9,7 +9,7 @@ from torchmetrics import Metric, MetricCollection
 from torchmetrics.wrappers.abstract import WrapperMetric
 
 from torchmetrics_varlen._core.dedup import SyncReport
-from torchmetrics_varlen._core.joint import share_states, sync_together
+from torchmetrics_varlen._core.joint import EpochState, share_states, sync_together
 from torchmetrics_varlen._core.ledger import Ledger
 from torchmetrics_varlen._core.seam import (
     GroupLayout,
@@ -42,21 +42,6 @@ def _adopt(name: str, metric: Metric) -> Metric:
         )
         raise TypeError(msg)
     return Varlen(metric)
-
-
-class EpochState:
-    """What a :class:`VarlenCollection` tracks within an epoch, written per batch: the dedup mode its first accepted
-    batch decided, the version of its states (for the joint sync), whether an ``update`` is under way, and every
-    rank's counters from the last joint sync. A plain object (its fields are set without ``nn.Module.__setattr__``).
-    """
-
-    __slots__ = ("in_update", "ledger_info", "mode", "version")
-
-    def __init__(self) -> None:
-        self.mode: str | None = None
-        self.version = 0  # update() / forward() calls since the epoch began: changes whenever the states do
-        self.in_update = False
-        self.ledger_info: list[dict[str, int]] | None = None
 
 
 class VarlenCollection(MetricCollection):
