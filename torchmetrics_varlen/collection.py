@@ -142,8 +142,7 @@ class VarlenCollection(MetricCollection):
                         metric._checked_batch = None
             else:  # all sampler padding: no member takes it, but every member's cached value is stale, as after
                 # an update (a rank whose batch was real syncs at its next compute(); this one must sync with it)
-                for metric in self.values(copy_state=False):
-                    metric._computed = None
+                self._drop_cached_values()
         epoch = self._epoch
         epoch.mode = epoch.mode or ("ids" if ids is not None else "none")
         return out
@@ -194,15 +193,19 @@ class VarlenCollection(MetricCollection):
         if not self._groups_checked:
             super().update(*args, **kwargs)
             return
+        self._drop_cached_values()
         modules = self._modules
-        for metric in modules.values():
-            metric.__dict__["_computed"] = None
         for group in self._groups.values():
             first = modules[group[0]]
             first.update(*args, **first._filter_kwargs(**kwargs))
         if self._state_is_copy:
             self._state_is_copy = False
         self._compute_groups_create_state_ref()
+
+    def _drop_cached_values(self) -> None:
+        """Every member's cached value dropped, as ``MetricCollection.update`` does, as the plain attribute it is."""
+        for metric in self._modules.values():
+            metric.__dict__["_computed"] = None
 
     @staticmethod
     def _equal_metric_states(metric1: Metric, metric2: Metric) -> bool:

@@ -233,7 +233,7 @@ class GuardedMetric(Metric):
         a call that raises (a refused batch) leaves the states as they were (torchmetrics' would leave them reset).
         """
         self._in_forward += 1
-        before = forward_snapshot(self)
+        before = forward_snapshot(self, counters_kept=False)  # torchmetrics' forward resets before it updates
         try:
             return super().forward(*args, **kwargs)
         except BaseException:

@@ -39,17 +39,20 @@ class ForwardSnapshot:
     own: list[int] | None = None  # a ledger that keeps its own counters: its counts before the call
 
 
-def forward_snapshot(metric: Metric) -> ForwardSnapshot:
-    """What ``metric``'s ``forward`` replaces, empties or adds to in place (see above): the ledger's counters (added
-    to in place, ``_core/ledger.py``) are copied, and so are the tensors of a metric whose ``forward`` first updates
-    its own states (torchmetrics' full-state path, which may add to its tensors in place).
+def forward_snapshot(metric: Metric, counters_kept: bool = True) -> ForwardSnapshot:
+    """What ``metric``'s ``forward`` replaces, empties or adds to in place (see above): the tensors of a metric whose
+    ``forward`` first updates its own states (torchmetrics' full-state path, which may add to its tensors in place)
+    are copied, and so are the ledger's counters (added to in place, ``_core/ledger.py``) unless ``counters_kept`` is
+    false: a ``forward`` that resets the metric before its update (torchmetrics' own) writes new counter tensors.
     """
     state = metric.__dict__
     # the states the metric holds itself (``Varlen`` reads its wrapped metric's: that one is snapshot on its own)
     values = {name: state[name] for name in metric._defaults if name in state}
     ledger = state.get("_ledger")
     in_place = metric.full_state_update is not False or metric.dist_sync_on_step
-    counters = () if ledger is None or ledger.counters is None else (*ledger.counters, "num_samples")
+    counters = (
+        () if ledger is None or ledger.counters is None or not counters_kept else (*ledger.counters, "num_samples")
+    )
     return ForwardSnapshot(
         lists={name: (value, list(value)) for name, value in values.items() if isinstance(value, list)},
         tensors={
