@@ -2,7 +2,8 @@
 
 The metrics compute exactly (integer counts, float64 ratios) and return torchmetrics' float32, rounded once at the
 end: the value to expect is the reference rounded to the nearest float32, compared as tightly as before. Logits are
-normalised by one rule, whatever their place in a batch: the float64 sigmoid (softmax) rounded once to their dtype.
+normalised by one rule, whatever their place in a batch: the float64 sigmoid (softmax) rounded once to float64 for
+float64 logits, to float32 for any other (16-bit logits get float32 scores: a 16-bit sigmoid merges distinct logits).
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ def f32(value: Any) -> Any:
 
 
 def _rounded(values: np.ndarray, like: torch.Tensor) -> torch.Tensor:
-    """float64 values rounded once to ``like``'s dtype (float32 for a non-float ``like``)."""
-    dtype = like.dtype if like.is_floating_point() else torch.float32
+    """float64 values rounded once to the package's score dtype for ``like``: float64 for float64, else float32."""
+    dtype = torch.float64 if like.dtype == torch.float64 else torch.float32
     return torch.from_numpy(values).to(dtype)
 
 
 def expit(x: torch.Tensor) -> torch.Tensor:
     """The package's sigmoid rule, computed independently: NumPy's float64 ``1 / (1 + exp(-x))`` rounded once to
-    ``x``'s dtype (float32 stays float32; torch's own float32 sigmoid differs by a bit on some elements, by their
+    float32 (float64 for float64 ``x``; torch's own float32 sigmoid differs by a bit on some elements, by their
     position, and saturates from a logit of ~16.6 where the float32 nearest the value reaches 1.0 only above ~17.3).
     """
     values = x.detach().cpu().double().numpy()
@@ -36,7 +37,9 @@ def expit(x: torch.Tensor) -> torch.Tensor:
 
 
 def softmax(x: torch.Tensor, dim: int = 1) -> torch.Tensor:
-    """The package's softmax rule, computed independently: NumPy's float64 softmax rounded once to ``x``'s dtype."""
+    """The package's softmax rule, computed independently: NumPy's float64 softmax rounded once to float32 (float64
+    for float64 ``x``).
+    """
     values = x.detach().cpu().double().numpy()
     shifted = np.exp(values - values.max(axis=dim, keepdims=True))
     return _rounded(shifted / shifted.sum(axis=dim, keepdims=True), x)

@@ -131,11 +131,19 @@ def _assert_same(ours: Any, theirs: Any, what: str = "") -> None:
     torch.testing.assert_close(ours, theirs, atol=ATOL, rtol=0, equal_nan=True, msg=what)
 
 
-def _run_both(ours: Metric, theirs: Metric, preds: Tensor, target: Tensor, target_theirs: Tensor | None = None) -> Any:
+def _run_both(
+    ours: Metric,
+    theirs: Metric,
+    preds: Tensor,
+    target: Tensor,
+    target_theirs: Tensor | None = None,
+    preds_theirs: Tensor | None = None,
+) -> Any:
     """As torchmetrics' class test: ``forward`` on every batch (batch values compared), then ``compute``."""
     target_theirs = target if target_theirs is None else target_theirs
+    preds_theirs = preds if preds_theirs is None else preds_theirs
     for i in range(preds.shape[0]):
-        _assert_same(ours(preds[i], target[i]), theirs(preds[i], target_theirs[i]), f"forward of batch {i}")
+        _assert_same(ours(preds[i], target[i]), theirs(preds_theirs[i], target_theirs[i]), f"forward of batch {i}")
     result = ours.compute()
     _assert_same(result, theirs.compute(), "compute")
     return result
@@ -239,10 +247,25 @@ def test_binary_binned_thresholds(name: str, case: str, thresholds: int | list[f
 @pytest.mark.parametrize("case", ["probs", "logits"])
 @pytest.mark.parametrize("name", list(PAIRS))
 def test_binary_half_and_double_scores(name: str, case: str, dtype: torch.dtype) -> None:
-    """As torchmetrics' precision test: values in float32 whatever the scores' dtype, thresholds in that dtype."""
+    """As torchmetrics' precision test: values in float32 whatever the scores' dtype, thresholds in that dtype.
+
+    Except 16-bit logits: torchmetrics rounds their sigmoid to 16 bits (a bfloat16 sigmoid gives 1.0 to every logit
+    above about 5.5), which merges logits the model ranked apart; the package gives them float32 scores, so they are
+    compared with torchmetrics fed the same logits in float32 (thresholds float32; scikit-learn on the logits:
+    tests/test_sixteen_bit_logits.py).
+    """
     preds, target = _binary(case, 4)
     ours_cls, theirs_cls = PAIRS[name]
-    _run_both(ours_cls(), theirs_cls(), preds.to(dtype), target)
+    theirs = _sixteen_bit_logits_as_float32(preds.to(dtype), case)
+    _run_both(ours_cls(), theirs_cls(), preds.to(dtype), target, preds_theirs=theirs)
+
+
+def _sixteen_bit_logits_as_float32(preds: Tensor, case: str) -> Tensor:
+    """What torchmetrics is fed for the package's ``preds``: 16-bit logits upcast to float32 (the same values, whose
+    float32 sigmoid keeps their ranking as the package's does), anything else as it is.
+    """
+    sixteen = preds.dtype in (torch.float16, torch.bfloat16)
+    return preds.float() if sixteen and case.endswith("logits") else preds
 
 
 @pytest.mark.parametrize("name", list(PAIRS))
@@ -405,11 +428,15 @@ def test_task_binned_values(name: str, task: str, thresholds: Any) -> None:
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
 @pytest.mark.parametrize("task", ["multiclass", "multilabel"])
 def test_task_half_and_double_scores(task: str, dtype: torch.dtype) -> None:
+    """16-bit logits: torchmetrics is fed them in float32 (see test_binary_half_and_double_scores: torchmetrics'
+    16-bit sigmoid / softmax merges logits the package's float32 scores keep apart).
+    """
     preds, target = (_multiclass if task == "multiclass" else _multilabel)("logits", 9)
     size = {"num_classes": NUM_CLASSES} if task == "multiclass" else {"num_labels": NUM_CLASSES}
+    theirs = _sixteen_bit_logits_as_float32(preds.to(dtype), "logits")
     for name in ("auroc", "ap", "roc"):
         ours_cls, theirs_cls = TASK_PAIRS[(name, task)]
-        _run_both(ours_cls(task=task, **size), theirs_cls(**size), preds.to(dtype), target)
+        _run_both(ours_cls(task=task, **size), theirs_cls(**size), preds.to(dtype), target, preds_theirs=theirs)
 
 
 # ------------------------------------------------------------------ the class itself

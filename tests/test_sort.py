@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _float32 import f32
+from _float32 import expit, f32
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
 from torchmetrics_varlen.functional import _sort, auroc, average_precision, roc
@@ -187,7 +187,8 @@ def test_nan_scores_rank_above_every_score_whatever_their_sign(
     preds = (torch.rand(n, generator=gen) * 4 - 2).to(dtype)  # outside [0, 1]: the sigmoid applies
     preds[torch.rand(n, generator=gen) < 0.05] = float("nan")
     preds[:3] = -float("nan")
-    shown = preds.sigmoid() if normalization is not None else preds
+    # the package's sigmoid: float32 scores, 16-bit logits too (a 16-bit sigmoid merges logits it ranks apart)
+    shown = expit(preds) if normalization is not None else preds
     finite = shown.double()  # every NaN one score above the others, whatever its sign and payload
     reference = torch.where(finite.isnan(), finite.nan_to_num(0.0).max() + 1, finite)
     expected = f32(roc_auc_score(target, reference))
@@ -201,7 +202,8 @@ def test_nan_scores_rank_above_every_score_whatever_their_sign(
         for piece, label in zip(preds.split(700), target.split(700), strict=True):
             metric.update(piece, label)
         assert torch.equal(metric.compute(), value)
-        if dtype != torch.float32:  # the 16-bit mode counts the same rounded scores
+        if dtype != torch.float32:  # the 16-bit mode counts the scores rounded to its dtype
             binned = VarlenAUROC(thresholds=dtype, validate_args=False, normalization=normalization)
             binned.update(preds, target)
-            assert torch.equal(binned.compute(), value)
+            rounded = shown.to(dtype)  # 16-bit logits' float32 sigmoids rounded once more; raw scores as they are
+            assert torch.equal(binned.compute(), auroc(rounded, target, validate_args=False, normalization=None))
