@@ -45,8 +45,9 @@ class Classifier(L.LightningModule):
         with torch.no_grad():
             self.scorer.weight.copy_(torch.tensor([[1.0, 0.2, -0.1, 0.05]]))
             self.scorer.bias.zero_()
-        self.val_auroc = VarlenAUROC(dataset_size=val_size)
-        self.val_ap = VarlenAveragePrecision(dataset_size=val_size)
+        # normalization=None: the model's logits are ranked as they are (see validation_step)
+        self.val_auroc = VarlenAUROC(dataset_size=val_size, normalization=None)
+        self.val_ap = VarlenAveragePrecision(dataset_size=val_size, normalization=None)
         self.val_acc = Varlen(BinaryAccuracy(), dataset_size=val_size)  # any torchmetrics metric, padding dropped
 
     def setup(self, stage: str) -> None:
@@ -62,13 +63,18 @@ class Classifier(L.LightningModule):
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         """Score the batch, update the metrics, log the metric objects (computed and synced at epoch end)."""
         features, target = batch
-        # Probabilities: like torchmetrics, the metrics sigmoid a batch only when a score is outside [0, 1], so a
-        # batch of logits that all happen to lie in [0, 1] would be ranked raw. Normalise explicitly (or construct
-        # the metrics with normalization=None to rank logits as they are).
-        scores = self.scorer(features).squeeze(-1).sigmoid()
-        self.val_auroc.update(scores, target)
-        self.val_ap.update(scores, target)
-        self.val_acc.update(scores, target)
+        # The logits themselves, not torch's `.sigmoid()` of them: torch's CPU sigmoid rounds a score by its place in
+        # the tensor (equal logits can score a bit apart, so the value moved with the batch size and the world size),
+        # and under bf16 autocast it rounds to 16 bits (merging every logit above about 5.5). AUROC and AP only rank
+        # the scores, so the metrics take the logits as they are (normalization=None). With the default
+        # normalization="sigmoid" they would normalise logits themselves, by value, to float32 scores that keep the
+        # ranking; but, as in torchmetrics, only a batch with a score outside [0, 1]: here rank 1's last batch, once
+        # the sampler's padding is dropped, is two logits inside [0, 1], which would be ranked as probabilities. The
+        # accuracy gets the decision itself.
+        logits = self.scorer(features).squeeze(-1)
+        self.val_auroc.update(logits, target)
+        self.val_ap.update(logits, target)
+        self.val_acc.update((logits > 0).long(), target)  # positive where the probability is above 0.5
         self.log("val/auroc", self.val_auroc, on_epoch=True)
         self.log("val/ap", self.val_ap, on_epoch=True)
         self.log("val/acc", self.val_acc, on_epoch=True)
@@ -135,8 +141,8 @@ def main() -> None:
         records = run(args.devices, args.num_samples, args.batch_size, out_dir)
     features, target = make_validation_set(args.num_samples).tensors
     with torch.no_grad():
-        scores = (features @ torch.tensor([1.0, 0.2, -0.1, 0.05])).sigmoid()
-    truth = {"auroc": float(auroc(scores, target)), "ap": float(average_precision(scores, target))}
+        logits = features @ torch.tensor([1.0, 0.2, -0.1, 0.05])
+    truth = {"auroc": float(auroc(logits, target)), "ap": float(average_precision(logits, target))}
     print(json.dumps({"truth": truth, "ranks": records}))
 
 
