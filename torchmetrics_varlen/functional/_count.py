@@ -6,7 +6,10 @@ Three modes, chosen by the ``thresholds`` argument (:meth:`CountMode.of`):
 - ``"binned"`` (an int, a list or a 1-D tensor): a summed multi-threshold confusion matrix per problem
   (``(T, 2, 2)``, ``(T, K, 2, 2)`` per class / label), torchmetrics' approximation;
 - ``"histogram"`` (``torch.float16`` / ``torch.bfloat16``): a summed histogram of the 16-bit scores per problem
-  (``(2, 65536)``, ``(K, 2, 65536)``), exact for the rounded scores in constant memory (``_hist``).
+  (``(2, 65536)``, ``(K, 2, 65536)``), exact for the rounded scores in constant memory (``_hist``). Every score is
+  rounded to the mode's dtype, the float32 sigmoids of 16-bit logits too (the same bits as their float64 sigmoid
+  rounded once to 16 bits); with ``normalization=None`` 16-bit logits count as their own bit patterns, which rank
+  as their sigmoids do: the exact value on the logits (``_normalize``'s module docstring).
 """
 
 from __future__ import annotations

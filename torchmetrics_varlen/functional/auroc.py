@@ -75,9 +75,10 @@ def auroc(
 
     Logits are normalised as torchmetrics does: if any score of the call is outside [0, 1], a sigmoid (binary,
     multilabel) or a softmax over the classes (multiclass) is applied first, by value: each score is the float64
-    sigmoid (softmax) of its logit rounded once to the logit's dtype, wherever it sits, so equal logits stay tied in
-    any batch and on any rank (torch's own CPU sigmoid rounds by position). In float32 the sigmoid saturates (every
-    logit above ~17.3 becomes 1.0, a tie), as in torchmetrics; ``normalization=None`` ranks the raw scores instead.
+    sigmoid (softmax) of its logit rounded once to float32 (float64 for float64 logits), wherever it sits, so equal
+    logits stay tied in any batch and on any rank (torch's own CPU sigmoid rounds by position), and 16-bit logits
+    keep their ranking (torchmetrics rounds their sigmoid to 16 bits). In float32 the sigmoid saturates (every logit
+    above ~17.3 becomes 1.0, a tie), as in torchmetrics; ``normalization=None`` ranks the raw scores instead.
 
     With ``thresholds=None`` each value is exact: one sort per class, integer counts of positives and negatives
     at every distinct score (tied scores form one step, as scikit-learn's ``roc_auc_score``), float64, rounded once
