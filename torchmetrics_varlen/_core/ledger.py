@@ -202,6 +202,14 @@ class Ledger:
         rank, world = group_position(process_group)
         return sampler_kept_rows(start, rows, rank, world, self.dataset_size - self.base)
 
+    def check_rank_padding(self, process_group: Any, padding: int) -> None:
+        """Raise once this rank has dropped more rows as padding (``padding``, this batch's included) than a
+        ``DistributedSampler`` gives one rank (one; none in one process): :func:`check_padding` on this rank's
+        counts alone, for an intake whose members may be computed without it (a collection's).
+        """
+        rank, world = group_position(process_group)
+        check_padding(self.what, self.dataset_size, world, [padding], rank)
+
     def stored_mode(self, host: Any, mode: str, column: bool, rows: bool | None = None) -> str | None:
         """The mode (``"ids"``, ``"weights"``) the epoch's first *accepted* batch decided: ``mode`` when the stored
         rows hold the column (``column``), ``"none"`` once rows were taken without it (``rows``; ``None``: the
@@ -282,7 +290,10 @@ class Ledger:
             )
             raise ValueError(msg)
         _, world = group_position(getattr(host, "process_group", None))
-        return report_from_counts(info, kept, self.dataset_size, partial=not synced and world > 1)
+        partial = not synced and world > 1
+        if not partial and bases == {0}:  # after a resume on another world size the old ranks' padding is in too
+            check_padding(self.what, self.dataset_size, len(info), [i["padding_dropped"] for i in info])
+        return report_from_counts(info, kept, self.dataset_size, partial=partial)
 
     def warn(self, report: SyncReport | None) -> None:
         """The "never seen" warning, once per epoch, the same text on every rank (every rank has the report),
@@ -367,6 +378,37 @@ def sampler_kept_rows(start: int, rows: int, rank: int, world: int, dataset_size
     # (start + i) * world + rank < dataset_size  <=>  start + i < ceil((dataset_size - rank) / world)
     limit = -(-(dataset_size - rank) // world)
     return max(0, min(rows, limit - start))
+
+
+def check_padding(what: str, dataset_size: int | None, world: int, padding: list[int], rank: int | None = None) -> None:
+    """Raise if more rows were dropped as padding than a ``DistributedSampler`` over ``dataset_size`` samples adds.
+
+    Such a sampler deals every rank ``ceil(dataset_size / W)`` rows: the last ``W * ceil(dataset_size / W) -
+    dataset_size`` positions (fewer than ``W``) are padding, at most one a rank. More means that ``dataset_size`` is
+    not the sampler's (``len(loader)`` passed for ``len(dataset)``), that the sampler is another one, or that a second
+    pass over the data was fed without ``reset()``: the value would silently leave out real samples. ``padding``:
+    every rank's count of rows dropped, or (``rank``) this rank's alone.
+
+    Example:
+        >>> check_padding("VarlenAUROC", 10, 2, [1, 0])  # 10 samples on 2 ranks: 5 rows each, no padding needed
+        >>> check_padding("VarlenAUROC", 10, 2, [1, 1])
+        Traceback (most recent call last):
+        ...
+        ValueError: VarlenAUROC(dataset_size=10): 2 rows were dropped as sampler padding (per rank: [1, 1]), ...
+    """
+    total = sum(padding)
+    if dataset_size is None or (max(padding, default=0) <= min(1, world - 1) and (rank is not None or total < world)):
+        return
+    where = f" on rank {rank}" if rank is not None else f" (per rank: {padding})" if world > 1 else ""
+    msg = (
+        f"{what}(dataset_size={dataset_size}): {total} rows were dropped as sampler padding{where}, but a"
+        f" DistributedSampler over {dataset_size} samples on {world} rank(s) adds at most {world - 1} (one a rank at"
+        " most), so real samples would be left out. `dataset_size` must be len(dataset), the number of samples, not"
+        " len(loader), the number of batches. A sampler other than DistributedSampler, or a second pass over the"
+        " data without reset(), does not follow its padding rule: pass `sample_ids` (or no dataset_size) there."
+        " Nothing was evaluated; after reset() the next epoch starts afresh."
+    )
+    raise ValueError(msg)
 
 
 def report_from_counts(
