@@ -15,7 +15,7 @@ from torchmetrics.utilities.data import dim_zero_cat
 from torchmetrics_varlen._core.batch import run_update, wrap_update
 from torchmetrics_varlen._core.dedup import SyncReport
 from torchmetrics_varlen._core.ledger import Ledger, warning_compute
-from torchmetrics_varlen._core.seam import Agreed, Gathered, GuardedMetric, Payload
+from torchmetrics_varlen._core.seam import Agreed, Gathered, GuardedMetric, Payload, fresh_lists
 from torchmetrics_varlen._core.states import (
     UNITS,
     as_rows,
@@ -343,6 +343,7 @@ class Varlen(GuardedMetric):
     def reset(self) -> None:
         """Forget every sample (the wrapped metric's states and the wrapper's counters)."""
         super().reset()
+        fresh_lists(self.metric)
         self.metric.reset()
         self._ledger.reset()
         self._units = {}

@@ -252,6 +252,7 @@ class GuardedMetric(Metric):
         """
         if not self._in_forward:
             self._sync_epoch += 1
+        fresh_lists(self)
         super().reset()
 
     def _copy_state_dict(self) -> dict[str, list[Tensor] | Tensor]:
@@ -338,3 +339,13 @@ class GuardedMetric(Metric):
                 self._after_compute()
 
         return wrapped_compute
+
+
+def fresh_lists(metric: Metric) -> None:
+    """Give ``metric``'s list states new lists before its ``reset()``, which empties them in place (torchmetrics'):
+    the members of a compute group share those lists, and one member's reset must not empty another's states (a loop
+    that computes and resets the members of a collection one by one).
+    """
+    for name, default in metric._defaults.items():
+        if isinstance(default, list):
+            setattr(metric, name, [])
