@@ -33,7 +33,7 @@ def _data(n: int, seed: int) -> TensorDataset:
     return TensorDataset(features, target)
 
 
-class Module(L.LightningModule):
+class _Body:
     """Two ways of evaluating metrics: metric objects logged with ``log`` (Lightning computes them at the end of the
     epoch), and a collection computed by the module itself in ``on_validation_epoch_end``.
     """
@@ -75,8 +75,12 @@ class Module(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-def _fit(limit_val_batches: float | int) -> tuple[list[str], Module]:
-    trainer = L.Trainer(
+class Module(_Body, L.LightningModule):
+    """The module under ``lightning``."""
+
+
+def _fit(limit_val_batches: float | int, package: Any = L, module_class: Any = Module) -> tuple[list[str], Any]:
+    trainer = package.Trainer(
         accelerator="cpu",
         devices=1,
         max_epochs=EPOCHS,
@@ -87,7 +91,7 @@ def _fit(limit_val_batches: float | int) -> tuple[list[str], Module]:
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    module = Module()
+    module = module_class()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # Lightning's own warnings (few workers, ...) are recorded, not raised
         trainer.fit(
@@ -111,3 +115,11 @@ def test_a_limited_validation_pass_warns_once_per_epoch_and_metric() -> None:
     assert len(never_seen) == 3 * EPOCHS, never_seen
     assert all("dataset_size=40 but only 16 samples were evaluated: 24 were never seen" in m for m in never_seen)
     assert sum(m.startswith("VarlenCollection") for m in never_seen) == EPOCHS
+
+
+def test_under_pytorch_lightning_too() -> None:
+    """The same under the older package name (its own Trainer class)."""
+    pl = pytest.importorskip("pytorch_lightning")
+    never_seen, module = _fit(1.0, pl, type("PLModule", (_Body, pl.LightningModule), {}))
+    assert never_seen == []
+    assert len(module.computed) == 1 + EPOCHS
