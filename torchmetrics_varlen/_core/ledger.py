@@ -28,16 +28,14 @@ stored samples) or, if the block raised, as rejected (they took their sampler po
 from __future__ import annotations
 
 import functools
-import os
-import sys
 import warnings
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from torchmetrics_varlen._core.callers import lightning_sanity_check, user_stacklevel
 from torchmetrics_varlen._core.dedup import SyncReport
 from torchmetrics_varlen._dist.group import group_position
 from torchmetrics_varlen.functional._tasks import int_ends, ints_within
@@ -299,8 +297,9 @@ class Ledger:
         """The "never seen" warning, once per epoch, the same text on every rank (every rank has the report),
         attributed to the user's line: the first caller outside this package, torchmetrics, torch and Lightning (under
         Lightning, the ``self.log(...)`` or ``compute()`` line of the user's module rather than Lightning's logger).
+        None in Lightning's sanity check (a few validation batches before every ``fit()``): not a pass of the user's.
         """
-        if report is None or not report.missing or self.warned:
+        if report is None or not report.missing or self.warned or lightning_sanity_check():
             return
         self.warned = True
         rejected = f" ({report.rejected} rows were in batches that update() rejected)" if report.rejected else ""
@@ -311,7 +310,7 @@ class Ledger:
             " with drop_last=True (it drops the tail; drop_last=False pads instead, and the padding is removed"
             " exactly), or a rank that skipped batches. Raised once per epoch (until reset()).",
             UserWarning,
-            stacklevel=_user_stacklevel(),
+            stacklevel=user_stacklevel(),
         )
 
     # ------------------------------------------------------------------ checkpoints
@@ -333,22 +332,6 @@ class Ledger:
         self.base, self.origin, self.saved_at, self.warned = base, origin, (rank, world), False
         if self.counters is None:
             self.own = counts
-
-
-_LIBRARIES = ("torchmetrics_varlen", "torchmetrics", "torch", "lightning", "pytorch_lightning", "lightning_fabric")
-
-
-def _user_stacklevel() -> int:
-    """``stacklevel`` for a warning raised by the caller of this function that points at the first frame outside
-    the libraries a metric is called through (only those already imported are looked at).
-    """
-    files = [getattr(sys.modules.get(name), "__file__", None) for name in _LIBRARIES]
-    roots = tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in files if isinstance(f, str))
-    frame: FrameType | None = sys._getframe(2)  # level 1 is the caller's own line (the warnings.warn call)
-    level = 2
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(roots):
-        frame, level = frame.f_back, level + 1
-    return level if frame is not None else 2
 
 
 def warning_compute(host: Any, compute: Callable[..., Any]) -> Callable[..., Any]:
