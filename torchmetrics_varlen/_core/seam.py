@@ -36,7 +36,7 @@ from torchmetrics_varlen._dist.exchange import (
     exchange_states,
 )
 from torchmetrics_varlen._dist.group import GroupLayout, distributed_available, group_position
-from torchmetrics_varlen._dist.guard import identity_qualifier, new_identity
+from torchmetrics_varlen._dist.guard import identity_qualifier, leave_epoch, new_identity
 
 # What the metric classes, ``Varlen`` and ``VarlenCollection`` use of the transport: through this seam only.
 __all__ = [
@@ -251,6 +251,8 @@ class GuardedMetric(Metric):
         a sync never pairs one rank's states of one epoch with another rank's of another.
         """
         if not self._in_forward:
+            if self.sync_on_compute:  # ranks still waiting at this epoch's sync learn at once that it left
+                leave_epoch(self.process_group, self._sync_identity, self._sync_epoch)
             self._sync_epoch += 1
         fresh_lists(self)
         super().reset()

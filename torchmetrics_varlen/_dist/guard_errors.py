@@ -15,8 +15,12 @@ from torchmetrics_varlen._dist.group import GroupLayout
 from torchmetrics_varlen._dist.ticket import ERROR_PATH_WAIT, Ticket
 
 
-def raise_left_behind(ticket: Ticket, late: bool, late_by: float | None, timeout: float | None) -> None:
-    """Raise on a rank whose states the other ranks will not sync: they moved on to later states or a new epoch."""
+def raise_left_behind(
+    ticket: Ticket, late: bool, late_by: float | None, timeout: float | None, mover: int | None = None
+) -> None:
+    """Raise on a rank whose states the other ranks will not sync: they moved on to later states or a new epoch
+    (``mover``: the rank that reset the metric without a sync in this epoch, when it said so).
+    """
     me = ticket.layout.describe(ticket.layout.rank)
     limit = "sync_timeout=None" if timeout is None else f"sync_timeout={timeout:g} s"
     if late:
@@ -30,10 +34,12 @@ def raise_left_behind(ticket: Ticket, late: bool, late_by: float | None, timeout
             " rank calls on the same epoch is exact again."
         )
     elif ticket.prefix.endswith(".0.0/"):
+        who = "another rank" if mover is None or mover == ticket.layout.rank else ticket.layout.describe(mover)
         msg = (
-            f"{ticket.what} on {me} waited at the sync of {ticket.identity!r}, but another rank reset the metric and"
-            " synced in the next epoch without calling compute() in this one. Nothing was exchanged, and its states"
-            f" were left as they were. {ticket.fix}"
+            f"{ticket.what} on {me} waited at the sync of {ticket.identity!r}, but {who} moved on: it reset the"
+            " metric without calling compute() in this epoch (it skipped the compute, e.g. after an error in its"
+            " loop), so this sync can never complete. Nothing was exchanged, and its states were left as they were;"
+            f" the next compute() that every rank calls in the same epoch is exact again. {ticket.fix}"
         )
     elif ticket.prefix.endswith(".0/"):
         msg = (
