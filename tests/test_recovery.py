@@ -19,7 +19,7 @@ import torch
 from _dist import DistPool
 from _sampler import reference, sampler_indices
 
-from torchmetrics_varlen import MetricSyncError, VarlenAUROC, VarlenAveragePrecision
+from torchmetrics_varlen import MetricSyncError, VarlenAUROC, VarlenAveragePrecision, VarlenCollection
 
 pytestmark = pytest.mark.distributed
 
@@ -38,6 +38,12 @@ def _data(epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _metrics(count: int) -> list[tuple[str, Any]]:
+    if count == 0:  # a collection (one joint sync) and a metric
+        members = {"auroc": VarlenAUROC(), "ap": VarlenAveragePrecision()}
+        return [
+            ("collection", VarlenCollection(members, dataset_size=N, sync_timeout=TIMEOUT)),
+            ("auroc", VarlenAUROC(dataset_size=N, sync_timeout=TIMEOUT)),
+        ]
     made = [
         ("auroc", VarlenAUROC(dataset_size=N, sync_timeout=TIMEOUT)),
         ("ap", VarlenAveragePrecision(dataset_size=N, sync_timeout=TIMEOUT)),
@@ -64,7 +70,9 @@ def case_raise_in_loop(rank: int, world: int, count: int) -> list[dict[str, Any]
                     metric.update(preds[rows], target[rows])
             for _, metric in metrics:
                 try:
-                    record["values"].append(float(metric.compute()))
+                    value = metric.compute()
+                    values = value.values() if isinstance(value, dict) else [value]
+                    record["values"] += [float(v) for v in values]
                 except MetricSyncError as err:
                     record["errors"].append(str(err))
         except RuntimeError:
@@ -77,11 +85,12 @@ def case_raise_in_loop(rank: int, world: int, count: int) -> list[dict[str, Any]
     return epochs
 
 
-@pytest.mark.parametrize("count", [2, 3])
+@pytest.mark.parametrize("count", [2, 3, 0], ids=["two", "three", "collection_and_metric"])
 def test_next_epoch_exact_after_a_rank_raised_in_its_loop(pool: DistPool, count: int) -> None:
     world = 3
-    results = pool.values(case_raise_in_loop, world, count, timeout=2 * count * TIMEOUT + 60)
-    names = [name for name, _ in _metrics(count)]
+    results = pool.values(case_raise_in_loop, world, count, timeout=2 * max(count, 2) * TIMEOUT + 60)
+    names = [n for name, _ in _metrics(count) for n in (["ap", "auroc"] if name == "collection" else [name])]
+    count = len(_metrics(count))
     for rank, epochs in enumerate(results):
         first = epochs[0]
         if rank == FAULTY:

@@ -17,6 +17,7 @@ from torchmetrics_varlen._core.seam import (
     Payload,
     SyncRequest,
     distributed_available,
+    leave_epoch,
     new_identity,
 )
 from torchmetrics_varlen._core.snapshot import forward_snapshot, restore_forward
@@ -255,6 +256,9 @@ class VarlenCollection(MetricCollection):
 
     def _new_epoch(self) -> None:
         """Sampler positions from 0, counters cleared, the next joint sync in a new epoch (the members are reset)."""
+        guards = self._member_guards()
+        if guards:  # ranks still waiting at this epoch's joint sync learn at once that this rank left it
+            leave_epoch(guards[0][1].process_group, self._sync_identity, self._sync_epoch)
         self._ledger.reset()
         self._epoch = EpochState()  # sync_report stays, as a metric's does, until the next compute
         self._sync_epoch += 1

@@ -50,6 +50,7 @@ __all__ = [
     "SyncRequest",
     "distributed_available",
     "group_position",
+    "leave_epoch",
     "new_identity",
 ]
 
