@@ -73,7 +73,7 @@ class VarlenCollection(MetricCollection):
         >>> from torchmetrics.classification import BinaryAccuracy
         >>> from torchmetrics_varlen import VarlenAUROC
         >>> metrics = VarlenCollection({"auroc": VarlenAUROC(), "acc": BinaryAccuracy()}, dataset_size=4)
-        >>> metrics.update(tensor([0.9, 0.2, 0.6, 0.3, 0.9]), tensor([1, 0, 1, 0, 0]))  # the 5th row: padding
+        >>> metrics.update(tensor([0.9, 0.2, 0.6, 0.3]), tensor([1, 0, 1, 0]))  # one process: no sampler padding
         >>> {name: float(value) for name, value in metrics.compute().items()}
         {'acc': 1.0, 'auroc': 1.0}
     """

@@ -70,12 +70,12 @@ class Varlen(GuardedMetric):
     Example:
         >>> from torch import tensor
         >>> from torchmetrics.retrieval import RetrievalMAP
-        >>> metric = Varlen(RetrievalMAP(), dataset_size=4)  # one process: the 5th row is sampler padding
+        >>> metric = Varlen(RetrievalMAP(), dataset_size=5)  # len(dataset): samples, not batches
         >>> metric.update(tensor([0.9, 0.2, 0.6, 0.8, 0.1]), tensor([1, 0, 0, 1, 1]), indexes=tensor([0, 0, 0, 1, 1]))
         >>> metric.compute()
         tensor(1.)
-        >>> metric.sync_report.duplicates_dropped
-        1
+        >>> metric.sync_report.kept, metric.sync_report.missing
+        (5, 0)
     """
 
     full_state_update = False
