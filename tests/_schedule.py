@@ -2,13 +2,16 @@
 
 A schedule has W ranks, E epochs and M metrics (``VarlenAUROC`` with identical arguments: the hardest case, since
 nothing but the protocol tells them apart; or, ``wrapped``, torchmetrics' ``BinaryAUROC`` in ``Varlen``). Every
-epoch starts with a barrier (as a training epoch's collectives would) and every rank resets and updates every metric
-with its own data, then computes the metrics in order.
+epoch starts with a barrier (as a training epoch's collectives would; not after a ``loop`` fault, see below) and every
+rank resets every metric, updates it with its own data, then computes the metrics in order.
 Faults, per rank and epoch: skip one compute, raise before one compute (the loop catches it and goes on to the
 next epoch), compute one metric twice (with an update in between: ``twice``; without, ``again``: with
 ``compute_with_cache=False`` that is an extra sync), compute the metrics in reverse order, arrive ``late`` (longer
 than ``sync_timeout``) for one compute, compute one metric ``mid``-epoch (after the first part of its data), or feed
-one metric a ``strided`` view (no error expected: that epoch must be exact). In the last epoch only: ``exit`` before
+one metric a ``strided`` view (no error expected: that epoch must be exact), or raise inside the update ``loop``
+(while updating one metric: the rank skips every compute of the epoch and goes on to the next epoch, which starts
+without a barrier, so that it runs ahead into the next epoch's first compute while the others still compute this
+epoch's; the only fault of its epoch, never in the last one). In the last epoch only: ``exit`` before
 a compute, or die (``killed``) or hang (``stuck``) in the middle of a data exchange. Per schedule: epochs at whose
 start every rank destroys the default group and creates it again on the same store (``reinits``).
 
@@ -30,10 +33,11 @@ import torch.distributed as dist
 from _float32 import f32
 from sklearn.metrics import roc_auc_score
 
-FAULTS = ("skip", "raise", "twice", "reverse", "late", "again", "mid", "strided")
+FAULTS = ("skip", "raise", "twice", "reverse", "late", "again", "mid", "strided", "loop")
 LAST_EPOCH_FAULTS = ("exit", "killed", "stuck")
 HARMLESS = ("strided",)  # faults after which the epoch must still be exact everywhere
 SLACK = 5.0
+LOOP_TIMEOUT = 2.0  # the least sync_timeout of a schedule with a loop fault: the ranks are not aligned by a barrier
 
 
 @dataclass(frozen=True)
@@ -56,23 +60,53 @@ class Schedule:
         return "Varlen(BinaryAUROC)" if self.wrapped else "VarlenAUROC"
 
 
-def make_schedules(count: int, world: int, seed: int, timeout: float = 1.0, wrapped: bool = False) -> list[Schedule]:
-    """``count`` schedules for ``world`` ranks; at most one of them, the last, lets a rank exit, die or hang."""
-    rng = random.Random(seed * 1000 + world)
+def make_schedules(
+    count: int, world: int, seed: int, timeout: float = 1.0, wrapped: bool = False, loop: bool = False
+) -> list[Schedule]:
+    """``count`` schedules for ``world`` ranks; at most one of them, the last, lets a rank exit, die or hang.
+
+    ``loop``: every schedule has a ``loop`` fault (a rank raises inside its update loop, then more epochs follow), with
+    two metrics and three in turn.
+    """
+    rng = random.Random(seed * 1000 + world + (500 if loop else 0))
     out = []
     for i in range(count):
         epochs, metrics = rng.randint(4, 6), rng.randint(2, 3)
+        if loop:
+            metrics = 2 + i % 2  # two and three metrics alike
         faults: dict[tuple[int, int], tuple[str, int]] = {}
         for epoch in range(epochs):
             for rank in range(world):
                 if rng.random() < 0.2:
                     faults[epoch, rank] = (rng.choice(FAULTS), rng.randrange(metrics))
+        if loop:
+            faults[rng.randrange(epochs - 1), rng.randrange(world)] = ("loop", rng.randrange(metrics))
+        _isolate_loops(faults, epochs, world)
         if i == count - 1 and count > 1:
             faults[epochs - 1, rng.randrange(1, world)] = (rng.choice(LAST_EPOCH_FAULTS), rng.randrange(metrics))
         reinits = frozenset(e for e in range(1, epochs) if rng.random() < 0.15)
         cache = rng.random() < 0.5
-        out.append(Schedule(seed * 1000 + i, world, epochs, metrics, timeout, faults, wrapped, cache, reinits))
+        looped = any(kind == "loop" for kind, _ in faults.values())
+        limit = max(timeout, LOOP_TIMEOUT) if looped else timeout
+        out.append(Schedule(seed * 1000 + i, world, epochs, metrics, limit, faults, wrapped, cache, reinits))
     return out
+
+
+def _isolate_loops(faults: dict[tuple[int, int], tuple[str, int]], epochs: int, world: int) -> None:
+    """A ``loop`` fault is the only fault of its epoch (the others' would make them drift from the rank that runs
+    ahead by more than ``sync_timeout``), and none is in the last epoch (no epoch follows it): it becomes a ``raise``.
+    """
+    for epoch in range(epochs):
+        ranks = [r for r in range(world) if faults.get((epoch, r), ("none",))[0] == "loop"]
+        if not ranks:
+            continue
+        if epoch == epochs - 1:
+            for r in ranks:
+                faults[epoch, r] = ("raise", faults[epoch, r][1])
+            continue
+        for r in range(world):
+            if r != ranks[0]:
+                faults.pop((epoch, r), None)
 
 
 def rows_for(metric: int, epoch: int, rank: int, world: int, metrics: int, first_part: bool = False) -> int:
@@ -149,13 +183,24 @@ def _call(metric: Any, m: int, epoch: int, rank: int) -> dict[str, Any]:
     return record
 
 
+class LoopError(RuntimeError):
+    """The error a ``loop`` fault raises inside the update loop (the user's ``except`` goes on to the next epoch)."""
+
+
 def _updates(schedule: Schedule, metrics: list[Any], epoch: int, rank: int, records: list[dict[str, Any]]) -> None:
-    """Reset and update every metric with this rank's data of the epoch (``mid``: compute between its two parts)."""
+    """Reset every metric, then update each with this rank's data of the epoch (``mid``: compute between its two
+    parts; ``loop``: raise :class:`LoopError` after its first part).
+    """
     world, m_count = schedule.world, schedule.metrics
     kind, target_m = schedule.faults.get((epoch, rank), ("none", -1))
-    for m, metric in enumerate(metrics):
+    for metric in metrics:
         metric.reset()
+    for m, metric in enumerate(metrics):
         preds, target = data(m, epoch, rank, world, m_count)
+        if m == target_m and kind == "loop":
+            cut = rows_for(m, epoch, rank, world, m_count, first_part=True)
+            metric.update(preds[:cut], target[:cut])
+            raise LoopError
         if m == target_m and kind == "mid":
             cut = rows_for(m, epoch, rank, world, m_count, first_part=True)
             metric.update(preds[:cut], target[:cut])
@@ -178,16 +223,25 @@ def run_schedule(rank: int, schedule: Schedule) -> list[dict[str, Any]]:
         collectives.broadcast = broadcast  # type: ignore[assignment]
 
 
-def _play(rank: int, schedule: Schedule) -> list[dict[str, Any]]:
+def _start_epoch(rank: int, schedule: Schedule, epoch: int) -> None:
+    """A new default group (``reinits``), then a barrier, unless a rank raised in its loop in the previous epoch."""
     from _dist import harness_store, reinit_default_group
 
+    if epoch in schedule.reinits:
+        reinit_default_group(harness_store(), rank, schedule.world, f"schedule{schedule.seed}/{epoch}")
+    if all(schedule.faults.get((epoch - 1, r), ("none",))[0] != "loop" for r in range(schedule.world)):
+        dist.barrier()
+
+
+def _play(rank: int, schedule: Schedule) -> list[dict[str, Any]]:
     metrics = _metrics(schedule)
     records: list[dict[str, Any]] = []
     for epoch in range(schedule.epochs):
-        if epoch in schedule.reinits:
-            reinit_default_group(harness_store(), rank, schedule.world, f"schedule{schedule.seed}/{epoch}")
-        dist.barrier()
-        _updates(schedule, metrics, epoch, rank, records)
+        _start_epoch(rank, schedule, epoch)
+        try:
+            _updates(schedule, metrics, epoch, rank, records)
+        except LoopError:
+            continue  # the user's except: no compute in this epoch, on to the next one (whose reset() comes first)
         kind, target_m = schedule.faults.get((epoch, rank), ("none", -1))
         order = list(range(schedule.metrics))[::-1] if kind == "reverse" else list(range(schedule.metrics))
         for m in order:

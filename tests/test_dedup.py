@@ -12,7 +12,7 @@ from _dedup_contract import contract_keep
 from _float32 import f32
 from sklearn.metrics import roc_auc_score
 
-from torchmetrics_varlen import SyncReport, VarlenAUROC, VarlenAveragePrecision
+from torchmetrics_varlen import SyncReport, VarlenAUROC, VarlenAveragePrecision, VarlenCollection
 
 
 def test_ids_count_once_and_report_duplicates() -> None:
@@ -53,23 +53,57 @@ def test_dataset_size_single_process_reports_missing_and_warns() -> None:
     assert metric.sync_report.missing == 5
 
 
-def test_dataset_size_drops_trailing_rows_beyond_the_data_set() -> None:
-    """One process with a data set of 10: rows 10.. are padding (a world size of 1 never pads, but the rule holds)."""
+def test_dataset_size_padding_in_one_process_is_an_error_naming_len_loader() -> None:
+    """One process never pads (a DistributedSampler on one rank adds no row): 14 rows fed to ``dataset_size=10``
+    are ``len(loader)`` passed for ``len(dataset)`` or a second pass, and compute() raises rather than silently
+    dropping 4 real rows; after reset() the next epoch is exact. Dropping real padding: test_dedup_distributed.
+    """
     preds, target = scores_and_labels(14, 4)
     metric = VarlenAUROC(dataset_size=10)
     metric.update(preds[:7], target[:7])
     metric.update(preds[7:], target[7:])
+    with pytest.raises(ValueError, match=r"4 rows were dropped as sampler padding.*len\(loader\)"):
+        metric.compute()
+    metric.reset()
+    metric.update(preds[:7], target[:7])
+    metric.update(preds[7:10], target[7:10])
     assert float(metric.compute()) == pytest.approx(f32(roc_auc_score(target[:10], preds[:10])), abs=1e-12)
-    assert metric.sync_report is not None
-    assert metric.sync_report.duplicates_dropped == 4
+    assert metric.sync_report == SyncReport(
+        world_size=1, seen_per_rank=(10,), received=10, duplicates_dropped=0, kept=10, missing=0
+    )
+
+
+def test_dataset_size_padding_in_one_process_is_an_error_at_a_collections_update() -> None:
+    """A collection's members may be computed one by one (``log_dict``): it raises at the update that cuts a row."""
+    preds, target = scores_and_labels(14, 4)
+    collection = VarlenCollection({"auroc": VarlenAUROC()}, dataset_size=10)
+    collection.update(preds[:7], target[:7])
+    with pytest.raises(
+        ValueError, match=r"VarlenCollection\(dataset_size=10\): 4 rows .* sampler padding.*len\(loader\)"
+    ):
+        collection.update(preds[7:], target[7:])
+    collection.reset()
+    collection.update(preds[:7], target[:7])
+    collection.update(preds[7:10], target[7:10])
+    value = collection.compute()["auroc"]
+    assert float(value) == pytest.approx(f32(roc_auc_score(target[:10], preds[:10])), abs=1e-12)
 
 
 def test_forward_keeps_sampler_positions() -> None:
-    """forward() resets internally for the batch value; positions must still continue from the global state."""
+    """forward() resets internally for the batch value; positions must still continue from the global state.
+
+    One process never pads (88ed689), so the positions show in the padding count: 7 + 7 rows for ``dataset_size=10``
+    cut exactly the last 4 (a forward that restarted at 0 would cut none and raise nothing); 7 + 3 rows are exact.
+    """
     preds, target = scores_and_labels(14, 5)
     metric = VarlenAUROC(dataset_size=10)
     metric(preds[:7], target[:7])
-    metric(preds[7:], target[7:])
+    assert float(metric(preds[7:], target[7:])) == pytest.approx(f32(roc_auc_score(target[7:10], preds[7:10])))
+    with pytest.raises(ValueError, match="4 rows were dropped as sampler padding"):
+        metric.compute()
+    metric.reset()
+    metric(preds[:7], target[:7])
+    metric(preds[7:10], target[7:10])
     assert float(metric.compute()) == pytest.approx(f32(roc_auc_score(target[:10], preds[:10])), abs=1e-12)
     metric.reset()
     metric.update(preds[:10], target[:10])
@@ -158,14 +192,25 @@ def test_ids_need_exact_mode() -> None:
 
 
 def test_binned_mode_with_dataset_size() -> None:
+    """One process never pads (88ed689): 10 rows for ``dataset_size=10`` equal torchmetrics' binned value, and 14
+    raise. Padding dropped in the histogram mode on real ranks: test_dedup_distributed
+    (test_histogram_mode_with_sampler_padding).
+    """
     from torchmetrics.functional.classification import binary_auroc
 
     preds, target = scores_and_labels(14, 7)
     metric = VarlenAUROC(thresholds=9, dataset_size=10)
     metric.update(preds.float(), target)
+    with pytest.raises(ValueError, match="4 rows were dropped as sampler padding"):
+        metric.compute()
+    metric.reset()
+    metric.update(preds[:6].float(), target[:6])
+    metric.update(preds[6:10].float(), target[6:10])
     assert float(metric.compute()) == pytest.approx(
         float(binary_auroc(preds[:10].float(), target[:10], thresholds=9)), abs=1e-6
     )
+    assert metric.sync_report is not None
+    assert (metric.sync_report.kept, metric.sync_report.missing) == (10, 0)
 
 
 @pytest.mark.parametrize("dataset_size", [-1, 2.5, True])

@@ -71,10 +71,15 @@ def test_histogram_state_does_not_grow_with_n() -> None:
     "cls", [VarlenAUROC, VarlenAveragePrecision, VarlenROC, VarlenPrecisionRecallCurve, VarlenBestF1]
 )
 def test_histogram_metric_classes_equal_exact_on_rounded_scores_with_dataset_size(cls: type) -> None:
+    """One process never pads (88ed689): the 2,900 rows of ``dataset_size=2900``, in batches of 700 (the last one
+    short). Padding dropped in the histogram mode on real ranks: test_dedup_distributed
+    (test_histogram_mode_with_sampler_padding).
+    """
     preds, target = _data(3000, 5)
+    preds, target = preds[:2900], target[:2900]
     hist_metric = cls(thresholds=torch.float16, dataset_size=2900, **RAW)
     exact_metric = cls(dataset_size=2900, **RAW)
-    for start in range(0, 3000, 700):
+    for start in range(0, 2900, 700):
         hist_metric.update(preds[start : start + 700], target[start : start + 700])
         exact_metric.update(preds[start : start + 700].half(), target[start : start + 700])
     a, b = hist_metric.compute(), exact_metric.compute()

@@ -123,13 +123,6 @@ def test_internals_example_runs() -> None:
     exec(compile(code, "internals.md", "exec"), {})
 
 
-@pytest.mark.parametrize("module", sorted(m for m in MODULES if not m.startswith("torchmetrics_varlen.functional")))
-def test_modules_stay_small_outside_functional(module: str) -> None:
-    """A module a maintainer can read in one sitting: at most 400 lines outside ``functional/`` (issue #30)."""
-    lines = len(MODULES[module].read_text().splitlines())
-    assert lines <= 400, f"{module} has {lines} lines: split it along a responsibility (docs/pages/internals.md)"
-
-
 def test_no_descriptor_or_setattr_override_on_the_metric_side() -> None:
     """Plain state (issue #30): no metric or collection class of the package holds a data descriptor (a state that
     would write when read; ``property`` aside) or overrides ``__setattr__``, except ``Varlen``, whose ``__setattr__``

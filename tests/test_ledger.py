@@ -119,8 +119,27 @@ def test_disagreeing_copies_give_the_value_of_the_smallest_copy(kind: str) -> No
     assert float(metric.compute()) == pytest.approx(expected, abs=1e-6)
 
 
+def _feed_past_the_data_set(metric: Any, kind: str, rows: slice, padding: int) -> None:
+    """Feed ``rows`` that run ``padding`` rows past ``dataset_size``: one process never pads (88ed689), so a metric
+    raises at compute and a collection at the update that cuts them, naming the count.
+    """
+    match = f"{padding} rows were dropped as sampler padding"
+    if kind == "collection":
+        with pytest.raises(ValueError, match=match):
+            metric.update(*_batch(kind, rows))
+        return
+    metric.update(*_batch(kind, rows))
+    with pytest.raises(ValueError, match=match):
+        metric.compute()
+
+
 @pytest.mark.parametrize("kind", ["auroc", "multiclass", "varlen", "collection"])
 def test_a_checkpoint_saved_mid_epoch_resumes_exactly(kind: str) -> None:
+    """Rows 0..4 saved, rows 5..9 after the resume: the value and counts of one pass. The resumed sampler position is
+    5, so rows 5..11 run 2 rows past ``dataset_size=10``: one process never pads (88ed689), an error naming the 2
+    (a resume that lost the position would count none). Padding dropped after a resume on real ranks:
+    test_ledger_distributed (test_a_mid_epoch_checkpoint_resumes_exactly_on_any_world_size).
+    """
     metric = _makers()[kind](10)
     metric.persistent(True)
     metric.update(*_batch(kind, slice(0, 5)))
@@ -128,17 +147,27 @@ def test_a_checkpoint_saved_mid_epoch_resumes_exactly(kind: str) -> None:
     resumed = _makers()[kind](10)
     resumed.persistent(True)
     resumed.load_state_dict(saved)
-    resumed.update(*_batch(kind, slice(5, 12)))  # rows 10 and 11: padding, dropped after the resume too
+    resumed.update(*_batch(kind, slice(5, 10)))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         value = resumed.compute()
     report = resumed.sync_report
     assert report is not None
-    assert (report.kept, report.duplicates_dropped, report.missing) == (10, 2, 0)
+    assert (report.kept, report.duplicates_dropped, report.missing) == (10, 0, 0)
     if kind in ("auroc", "varlen"):
         assert float(value) == pytest.approx(roc_auc_score(TARGET[:10], PREDS[:10]), abs=1e-6)
     if kind == "collection":
         assert float(value["auroc"]) == pytest.approx(roc_auc_score(TARGET[:10], PREDS[:10]), abs=1e-6)
+    padded = _makers()[kind](10)
+    padded.persistent(True)
+    padded.load_state_dict(saved)
+    _feed_past_the_data_set(padded, kind, slice(5, 12), 2)
+    padded.reset()
+    padded.update(*_batch(kind, slice(0, 10)))
+    value = padded.compute()
+    if kind in ("auroc", "varlen", "collection"):
+        value = value["auroc"] if kind == "collection" else value
+        assert float(value) == pytest.approx(roc_auc_score(TARGET[:10], PREDS[:10]), abs=1e-6)
 
 
 def test_load_rank_states_merges_sum_states_on_one_process() -> None:
@@ -180,19 +209,26 @@ def test_counter_states_read_or_copied_mid_epoch_keep_every_count(kind: str) -> 
     import copy
     import pickle
 
-    metric = _makers()[kind](10)
     names = ("rows_seen", "padding_dropped") if kind == "auroc" else ("varlen_rows", "varlen_padding")
-    metric.update(*_batch(kind, slice(0, 3)))
-    assert [int(getattr(metric, n)) for n in names] == [3, 0]  # a read writes nothing
-    copied, pickled = copy.deepcopy(metric), pickle.loads(pickle.dumps(metric))
-    for m in (metric, copied, pickled):
-        m.update(*_batch(kind, slice(3, 12)))  # sample positions 3..11: 10 and 11 are padding
-        assert [int(getattr(m, n)) for n in names] == [12, 2]
-        if kind == "auroc":
-            assert int(m.num_samples) == 10
-        assert float(m.compute()) == pytest.approx(roc_auc_score(TARGET[:10], PREDS[:10]), abs=1e-6)
-        assert m.sync_report is not None
-        assert (m.sync_report.seen_per_rank, m.sync_report.kept, m.sync_report.missing) == ((12,), 10, 0)
+    # rows 3..9 end the pass; 3..11 run 2 rows past it, cut and counted, which one process never pads (88ed689):
+    # compute() raises naming the 2, so the padding counter is read too
+    for end, padding in ((10, 0), (12, 2)):
+        metric = _makers()[kind](10)
+        metric.update(*_batch(kind, slice(0, 3)))
+        assert [int(getattr(metric, n)) for n in names] == [3, 0]  # a read writes nothing
+        copied, pickled = copy.deepcopy(metric), pickle.loads(pickle.dumps(metric))
+        for m in (metric, copied, pickled):
+            m.update(*_batch(kind, slice(3, end)))
+            assert [int(getattr(m, n)) for n in names] == [end, padding]
+            if kind == "auroc":
+                assert int(m.num_samples) == 10
+            if padding:
+                with pytest.raises(ValueError, match=f"{padding} rows were dropped as sampler padding"):
+                    m.compute()
+                continue
+            assert float(m.compute()) == pytest.approx(roc_auc_score(TARGET[:10], PREDS[:10]), abs=1e-6)
+            assert m.sync_report is not None
+            assert (m.sync_report.seen_per_rank, m.sync_report.kept, m.sync_report.missing) == ((10,), 10, 0)
 
 
 def test_never_seen_warning_skips_library_frames_and_points_at_the_users_line() -> None:
@@ -284,17 +320,25 @@ def test_counters_without_a_numpy_view_count_the_same(kind: str, monkeypatch: py
         raise RuntimeError(msg)
 
     names = ("rows_seen", "padding_dropped") if kind == "auroc" else ("varlen_rows", "varlen_padding")
-    with_view = _makers()[kind](10)
-    with monkeypatch.context() as patch:
-        patch.setattr(torch.Tensor, "numpy", no_view)
-        without = _makers()[kind](10)
-        for start in range(0, 12, 3):  # positions 10 and 11 are padding
-            without.update(*_batch(kind, slice(start, start + 3)))
-        assert all(entry[1] is None for entry in without._ledger._views.values())
-    for start in range(0, 12, 3):
-        with_view.update(*_batch(kind, slice(start, start + 3)))
-    for m in (with_view, without):
-        assert [int(getattr(m, n)) for n in names] == [12, 2]
-        assert m._ledger.position(m) == 12
-        assert float(m.compute()) == pytest.approx(roc_auc_score(TARGET[:10], PREDS[:10]), abs=1e-6)
-    assert torch.equal(with_view.compute(), without.compute())
+    # 10 rows end the pass; 12 run 2 past it, cut and counted, which one process never pads (88ed689): compute()
+    # raises naming the 2, so the padding counter is read too
+    for end, padding in ((10, 0), (12, 2)):
+        with_view = _makers()[kind](10)
+        with monkeypatch.context() as patch:
+            patch.setattr(torch.Tensor, "numpy", no_view)
+            without = _makers()[kind](10)
+            for start in range(0, end, 3):
+                without.update(*_batch(kind, slice(start, min(start + 3, end))))
+            assert all(entry[1] is None for entry in without._ledger._views.values())
+        for start in range(0, end, 3):
+            with_view.update(*_batch(kind, slice(start, min(start + 3, end))))
+        for m in (with_view, without):
+            assert [int(getattr(m, n)) for n in names] == [end, padding]
+            assert m._ledger.position(m) == end
+            if padding:
+                with pytest.raises(ValueError, match=f"{padding} rows were dropped as sampler padding"):
+                    m.compute()
+            else:
+                assert float(m.compute()) == pytest.approx(roc_auc_score(TARGET[:10], PREDS[:10]), abs=1e-6)
+        if not padding:
+            assert torch.equal(with_view.compute(), without.compute())

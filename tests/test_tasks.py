@@ -138,6 +138,10 @@ def test_absent_class_is_nan_and_left_out_of_the_average() -> None:
     ("cls", "fn"), [(VarlenAUROC, roc_auc_score), (VarlenAveragePrecision, average_precision_score)]
 )
 def test_metric_classes_with_tasks_and_ids(cls: type, fn: object) -> None:
+    """Multiclass with ids; multilabel with ``dataset_size`` counting rows, not labels: the 70 rows of
+    ``dataset_size=70`` (one process never pads, 88ed689; 210 labels counted as samples would raise). Multilabel
+    padding dropped on real ranks: test_breadth_distributed.
+    """
     preds, target = multiclass_data(100, 4, 7)
     metric = cls(task="multiclass", num_classes=4, average="none")
     metric.update(preds[:60], target[:60], sample_ids=torch.arange(60))
@@ -145,9 +149,12 @@ def test_metric_classes_with_tasks_and_ids(cls: type, fn: object) -> None:
     torch.testing.assert_close(metric.compute(), _sk_multiclass(fn, preds.double(), target, "none"), atol=1e-6, rtol=0)
     ml_preds, ml_target = multilabel_data(80, 3, 8)
     ml = cls(task="multilabel", num_labels=3, dataset_size=70)
-    ml.update(ml_preds, ml_target)
+    ml.update(ml_preds[:40], ml_target[:40])
+    ml.update(ml_preds[40:70], ml_target[40:70])
     expected = _sk_multilabel(fn, ml_preds[:70].double(), ml_target[:70], "macro")
     torch.testing.assert_close(ml.compute(), expected, atol=1e-12, rtol=0)
+    assert ml.sync_report is not None
+    assert (ml.sync_report.kept, ml.sync_report.missing) == (70, 0)
 
 
 @pytest.mark.parametrize(

@@ -134,6 +134,10 @@ def test_unweighted_values_and_states_are_unchanged() -> None:
 
 
 def test_integer_weights_equal_repeated_samples_and_padding_drops_weights() -> None:
+    """Integer weights are repeated samples; with ``dataset_size`` every weight of the pass counts. One process never
+    pads (88ed689): rows past ``dataset_size`` raise. A padding row's weight dropped on real ranks:
+    test_weight_mode_distributed (test_the_issue_case).
+    """
     preds, target, _ = _data(60)
     counts = torch.arange(60) % 3
     weighted = VarlenAUROC()
@@ -141,9 +145,15 @@ def test_integer_weights_equal_repeated_samples_and_padding_drops_weights() -> N
     repeated = VarlenAUROC()
     repeated.update(preds.repeat_interleave(counts), target.repeat_interleave(counts))
     assert torch.equal(weighted.compute(), repeated.compute())
-    # dataset_size=50 in one process: rows 50.. are padding, their weights go with them.
+    sized = VarlenAUROC(dataset_size=60)
+    _feed(sized, preds, target, sample_weight=counts, batch=7)
+    assert float(sized.compute()) == pytest.approx(roc_auc_score(target, preds, sample_weight=counts), abs=1e-7)
     padded = VarlenAUROC(dataset_size=50)
     _feed(padded, preds, target, sample_weight=counts, batch=7)
+    with pytest.raises(ValueError, match="10 rows were dropped as sampler padding"):
+        padded.compute()
+    padded.reset()
+    _feed(padded, preds[:50], target[:50], sample_weight=counts[:50], batch=7)
     assert float(padded.compute()) == pytest.approx(
         roc_auc_score(target[:50], preds[:50], sample_weight=counts[:50]), abs=1e-7
     )

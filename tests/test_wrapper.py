@@ -24,18 +24,31 @@ PREDS = torch.tensor([1, 0, 1, 1, 0, 1])
 TARGET = torch.tensor([1, 0, 0, 1, 0, 0])
 
 
+def _rows_counted(acc: Varlen) -> int:
+    """The rows the wrapped ``BinaryAccuracy`` was given (its four counters)."""
+    metric = acc.metric
+    return int(metric.tp + metric.fp + metric.tn + metric.fn)
+
+
 def test_padding_rows_never_reach_the_metric_forward_reset_state_dict() -> None:
-    """dataset_size=4: rows 4 and 5 of the rank's stream are sampler padding, whichever call carries them."""
+    """dataset_size=4: rows 4 and 5 of the rank's stream run past the data set, whichever call carries them: they
+    never reach the wrapped metric, and, since one process never pads (88ed689: ``len(loader)`` passed for
+    ``len(dataset)``, or a second pass), compute() raises naming them. Padding dropped on real ranks, by update and
+    forward: test_dedup_distributed (test_wrapper_makes_sum_state_metrics_exact).
+    """
     acc = Varlen(BinaryAccuracy(), dataset_size=4)
     assert float(acc(PREDS[:3], TARGET[:3])) == pytest.approx(accuracy_score(TARGET[:3], PREDS[:3]))
-    acc.update(PREDS[3:5], TARGET[3:5])  # positions 3 (real) and 4 (padding)
-    assert acc(PREDS[5:], TARGET[5:]) is None  # position 5: only padding, the wrapped metric is not called
+    acc.update(PREDS[3:5], TARGET[3:5])  # positions 3 (real) and 4 (past the data set)
+    assert acc(PREDS[5:], TARGET[5:]) is None  # position 5: only rows past it, the wrapped metric is not called
+    assert _rows_counted(acc) == 4
+    with pytest.raises(ValueError, match=r"2 rows were dropped as sampler padding.*len\(loader\)"):
+        acc.compute()
+    acc.reset()
+    assert _rows_counted(acc) == 0
+    acc.update(PREDS[:4], TARGET[:4])
     assert float(acc.compute()) == pytest.approx(accuracy_score(TARGET[:4], PREDS[:4]))
     assert acc.sync_report is not None
-    assert (acc.sync_report.received, acc.sync_report.duplicates_dropped) == (4, 2)
-    acc.reset()
-    acc.update(PREDS, TARGET)
-    assert float(acc.compute()) == pytest.approx(accuracy_score(TARGET[:4], PREDS[:4]))
+    assert (acc.sync_report.received, acc.sync_report.duplicates_dropped, acc.sync_report.missing) == (4, 0, 0)
     acc.persistent(True)
     assert sorted(acc.state_dict()) == [
         "metric.fn",
@@ -52,17 +65,22 @@ def test_padding_rows_never_reach_the_metric_forward_reset_state_dict() -> None:
     clone.persistent(True)
     clone.load_state_dict(acc.state_dict())
     assert float(clone.compute()) == float(acc.compute())
-    clone.update(PREDS[:1], TARGET[:1])  # position 6 after the loaded state: padding
-    assert float(clone.compute()) == float(acc.compute())
+    clone.update(PREDS[:1], TARGET[:1])  # position 4 after the loaded state: past the data set
+    assert _rows_counted(clone) == 4
+    with pytest.raises(ValueError, match="1 rows were dropped as sampler padding"):
+        clone.compute()
 
 
 def test_compute_groups_share_only_what_is_shared() -> None:
-    """Accuracy and F1 (the same four counters) form one compute group, MSE its own; each value is its own."""
+    """Accuracy and F1 (the same four counters) form one compute group, MSE its own; each value is its own. Every
+    member's ``dataset_size`` is the 6 rows fed (one process never pads, 88ed689): a member outside the group
+    updates would report rows never seen (a warning, an error here).
+    """
     collection = MetricCollection(
         {
-            "acc": Varlen(BinaryAccuracy(), dataset_size=5),
-            "f1": Varlen(BinaryF1Score(), dataset_size=5),
-            "mse": Varlen(MeanSquaredError(), dataset_size=5),
+            "acc": Varlen(BinaryAccuracy(), dataset_size=6),
+            "f1": Varlen(BinaryF1Score(), dataset_size=6),
+            "mse": Varlen(MeanSquaredError(), dataset_size=6),
         }
     )
     probs = torch.tensor([0.9, 0.1, 0.8, 0.3, 0.7, 0.2])
@@ -70,10 +88,14 @@ def test_compute_groups_share_only_what_is_shared() -> None:
     collection.update(probs[3:], TARGET[3:])  # only the group leaders are updated now
     assert sorted(sorted(g) for g in collection.compute_groups.values()) == [["acc", "f1"], ["mse"]]
     values = collection.compute()
-    hard = (probs[:5] > 0.5).long()
-    assert float(values["acc"]) == pytest.approx(accuracy_score(TARGET[:5], hard))
-    assert float(values["f1"]) == pytest.approx(f1_score(TARGET[:5], hard))
-    assert float(values["mse"]) == pytest.approx(float(((probs[:5] - TARGET[:5]) ** 2).mean()))
+    hard = (probs > 0.5).long()
+    assert float(values["acc"]) == pytest.approx(accuracy_score(TARGET, hard))
+    assert float(values["f1"]) == pytest.approx(f1_score(TARGET, hard))
+    assert float(values["mse"]) == pytest.approx(float(((probs - TARGET) ** 2).mean()))
+    for name in ("acc", "f1", "mse"):
+        report = collection[name].sync_report
+        assert report is not None
+        assert (report.kept, report.missing) == (6, 0), name
 
 
 def test_inside_classwise_wrapper_and_metric_tracker() -> None:
@@ -253,11 +275,21 @@ def test_a_batch_needs_rows() -> None:
 
 
 def test_collection_wraps_plain_metrics_and_drops_padding() -> None:
+    """A plain member is wrapped in Varlen. Rows past ``dataset_size=4`` reach no member: one process never pads
+    (88ed689), so the update that cuts one raises and changes no member; reset(), the next epoch is exact. Padding
+    dropped on real ranks, and a padding-only batch reaching no member: test_collection_distributed.
+    """
     probs = torch.tensor([0.9, 0.2, 0.6, 0.3, 0.9])
     metrics = VarlenCollection({"auroc": VarlenAUROC(), "acc": BinaryAccuracy()}, dataset_size=4, prefix="val/")
     assert isinstance(metrics["acc"], Varlen)
-    metrics.update(probs, TARGET[:5])
-    assert metrics(probs[:2], TARGET[:2]) == {}  # positions 5 and 6: padding only, no metric sees them
+    metrics.update(probs[:3], TARGET[:3])
+    with pytest.raises(ValueError, match=r"1 rows were dropped as sampler padding.*len\(loader\)"):
+        metrics.update(probs[3:], TARGET[3:5])  # positions 3 (real) and 4 (past the data set)
+    assert _rows_counted(metrics["acc"]) == 3
+    assert int(metrics["auroc"].num_samples) == 3
+    metrics.reset()
+    metrics.update(probs[:2], TARGET[:2])
+    assert metrics(probs[2:4], TARGET[2:4]) != {}
     values = metrics.compute()
     assert float(values["val/acc"]) == pytest.approx(accuracy_score(TARGET[:4], probs[:4] > 0.5))
     assert float(values["val/auroc"]) == pytest.approx(roc_auc_score(TARGET[:4], probs[:4]))

@@ -17,6 +17,7 @@ from torchmetrics_varlen._core.seam import (
     Payload,
     SyncRequest,
     distributed_available,
+    leave_epoch,
     new_identity,
 )
 from torchmetrics_varlen._core.snapshot import forward_snapshot, restore_forward
@@ -72,7 +73,7 @@ class VarlenCollection(MetricCollection):
         >>> from torchmetrics.classification import BinaryAccuracy
         >>> from torchmetrics_varlen import VarlenAUROC
         >>> metrics = VarlenCollection({"auroc": VarlenAUROC(), "acc": BinaryAccuracy()}, dataset_size=4)
-        >>> metrics.update(tensor([0.9, 0.2, 0.6, 0.3, 0.9]), tensor([1, 0, 1, 0, 0]))  # the 5th row: padding
+        >>> metrics.update(tensor([0.9, 0.2, 0.6, 0.3]), tensor([1, 0, 1, 0]))  # one process: no sampler padding
         >>> {name: float(value) for name, value in metrics.compute().items()}
         {'acc': 1.0, 'auroc': 1.0}
     """
@@ -122,6 +123,7 @@ class VarlenCollection(MetricCollection):
         with ``forward`` its forward) after the metrics that will take the batch checked it (:meth:`_precheck`);
         ``{}`` if all padding.
         """
+        self._follow_member_resets()
         ledger, ids = self._ledger, kwargs.get("sample_ids")
         self._epoch.ledger_info = None  # new rows: the last joint sync's counters are stale
         out: Any = {}
@@ -131,6 +133,8 @@ class VarlenCollection(MetricCollection):
                 ledger.check_ids(ids)
             rows = batch.rows
             kept = rows if ids is not None else batch.cut()
+            if kept < rows:  # the members may be computed one by one (log_dict): no compute() of the collection
+                ledger.check_rank_padding(batch.process_group, ledger.own[1] + rows - kept)
             if kept or not rows:
                 args, kwargs = cut_batch(args, kwargs, rows, kept)
                 checked: list[Any] = []
@@ -248,9 +252,55 @@ class VarlenCollection(MetricCollection):
     def reset(self) -> None:
         """Reset every metric, the sampler position and the counters."""
         super().reset()
+        self._new_epoch()
+
+    def _new_epoch(self) -> None:
+        """Sampler positions from 0, counters cleared, the next joint sync in a new epoch (the members are reset)."""
+        guards = self._member_guards()
+        if guards:  # ranks still waiting at this epoch's joint sync learn at once that this rank left it
+            leave_epoch(guards[0][1].process_group, self._sync_identity, self._sync_epoch)
         self._ledger.reset()
         self._epoch = EpochState()  # sync_report stays, as a metric's does, until the next compute
         self._sync_epoch += 1
+
+    def _follow_member_resets(self) -> None:
+        """Start a new epoch once every member was reset on its own since this epoch's first batch.
+
+        Lightning's ``self.log_dict(collection)`` computes and resets each member, never the collection (so does any
+        loop over ``collection.items()``): the collection's sampler positions must restart with them, or the next
+        epoch's rows would be cut as padding. When only some members were reset and ``dataset_size`` cuts padding,
+        no position is right for all of them: raise, rather than cut one of them wrongly.
+        """
+        epoch = self._epoch
+        if epoch.member_epochs is None:
+            epoch.member_epochs = [(g, g._sync_epoch) for _, g in self._member_guards()]
+            return
+        moved = {id(g) for g, e in epoch.member_epochs if g._sync_epoch != e}
+        if not moved:
+            return
+        if len(moved) < len(epoch.member_epochs) and self.dataset_size is not None:
+            named = self._member_guards()
+            reset = sorted(name for name, g in named if id(g) in moved)
+            kept = sorted(name for name, g in named if id(g) not in moved)
+            msg = (
+                f"VarlenCollection(dataset_size={self.dataset_size}): the metric(s) {reset} were reset on their own,"
+                f" but {kept} were not, so the collection cannot tell where the epoch starts for its sampler padding."
+                " Reset the whole collection (collection.reset()), or log every metric with"
+                " self.log_dict(collection), which resets each; to log one metric alone, give it its own"
+                " `dataset_size=` and keep it out of the collection."
+            )
+            raise ValueError(msg)
+        self._new_epoch()
+        self._epoch.member_epochs = [(g, g._sync_epoch) for _, g in self._member_guards()]
+
+    def _member_guards(self) -> list[tuple[str, GuardedMetric]]:
+        """Each member's name and guarded metric (itself, or the ``Varlen`` inside a wrapper: ``ClasswiseWrapper``)."""
+        found = []
+        for name, metric in self.items(keep_base=True, copy_state=False):
+            guard = next((m for m in metric.modules() if isinstance(m, GuardedMetric)), None)
+            if guard is not None:
+                found.append((name, guard))
+        return found
 
     def persistent(self, mode: bool = True) -> None:
         """As ``MetricCollection.persistent``; the collection's sampler position and counters follow."""

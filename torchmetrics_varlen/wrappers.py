@@ -15,7 +15,7 @@ from torchmetrics.utilities.data import dim_zero_cat
 from torchmetrics_varlen._core.batch import run_update, wrap_update
 from torchmetrics_varlen._core.dedup import SyncReport
 from torchmetrics_varlen._core.ledger import Ledger, warning_compute
-from torchmetrics_varlen._core.seam import Agreed, Gathered, GuardedMetric, Payload
+from torchmetrics_varlen._core.seam import Agreed, Gathered, GuardedMetric, Payload, fresh_lists
 from torchmetrics_varlen._core.states import (
     UNITS,
     as_rows,
@@ -70,12 +70,12 @@ class Varlen(GuardedMetric):
     Example:
         >>> from torch import tensor
         >>> from torchmetrics.retrieval import RetrievalMAP
-        >>> metric = Varlen(RetrievalMAP(), dataset_size=4)  # one process: the 5th row is sampler padding
+        >>> metric = Varlen(RetrievalMAP(), dataset_size=5)  # len(dataset): samples, not batches
         >>> metric.update(tensor([0.9, 0.2, 0.6, 0.8, 0.1]), tensor([1, 0, 0, 1, 1]), indexes=tensor([0, 0, 0, 1, 1]))
         >>> metric.compute()
         tensor(1.)
-        >>> metric.sync_report.duplicates_dropped
-        1
+        >>> metric.sync_report.kept, metric.sync_report.missing
+        (5, 0)
     """
 
     full_state_update = False
@@ -343,6 +343,7 @@ class Varlen(GuardedMetric):
     def reset(self) -> None:
         """Forget every sample (the wrapped metric's states and the wrapper's counters)."""
         super().reset()
+        fresh_lists(self.metric)
         self.metric.reset()
         self._ledger.reset()
         self._units = {}

@@ -37,11 +37,12 @@ class SyncReport:
     Example:
         >>> from torch import tensor
         >>> from torchmetrics_varlen import VarlenAUROC
-        >>> metric = VarlenAUROC(dataset_size=3)  # one process; rows past the data set are padding
-        >>> metric.update(tensor([0.2, 0.7, 0.4, 0.2]), tensor([0, 1, 1, 0]))
+        >>> metric = VarlenAUROC(dataset_size=3)
+        >>> ids = tensor([0, 1, 2, 0])  # sample 0 fed twice: counted once
+        >>> metric.update(tensor([0.2, 0.7, 0.4, 0.2]), tensor([0, 1, 1, 0]), sample_ids=ids)
         >>> _ = metric.compute()
         >>> metric.sync_report
-        SyncReport(world_size=1, seen_per_rank=(4,), received=3, duplicates_dropped=1, kept=3, missing=0, rejected=0)
+        SyncReport(world_size=1, seen_per_rank=(4,), received=4, duplicates_dropped=1, kept=3, missing=0, rejected=0)
     """
 
     world_size: int

@@ -128,10 +128,13 @@ class EpochState:
     rank's counters from the last joint sync. A plain object (its fields are set without ``nn.Module.__setattr__``).
     """
 
-    __slots__ = ("in_update", "ledger_info", "mode", "version")
+    __slots__ = ("in_update", "ledger_info", "member_epochs", "mode", "version")
 
     def __init__(self) -> None:
         self.mode: str | None = None
+        # each member's guarded metrics and their ``_sync_epoch`` when the epoch's first batch reached them: a member
+        # whose count moved on was reset on its own (Lightning's ``log_dict(collection)`` resets every member)
+        self.member_epochs: list[tuple[Any, int]] | None = None
         self.version = 0  # update() / forward() calls since the epoch began: changes whenever the states do
         self.in_update = False
         self.ledger_info: list[dict[str, int]] | None = None

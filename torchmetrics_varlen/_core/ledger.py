@@ -28,16 +28,14 @@ stored samples) or, if the block raised, as rejected (they took their sampler po
 from __future__ import annotations
 
 import functools
-import os
-import sys
 import warnings
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from torchmetrics_varlen._core.callers import lightning_sanity_check, user_stacklevel
 from torchmetrics_varlen._core.dedup import SyncReport
 from torchmetrics_varlen._dist.group import group_position
 from torchmetrics_varlen.functional._tasks import int_ends, ints_within
@@ -202,6 +200,14 @@ class Ledger:
         rank, world = group_position(process_group)
         return sampler_kept_rows(start, rows, rank, world, self.dataset_size - self.base)
 
+    def check_rank_padding(self, process_group: Any, padding: int) -> None:
+        """Raise once this rank has dropped more rows as padding (``padding``, this batch's included) than a
+        ``DistributedSampler`` gives one rank (one; none in one process): :func:`check_padding` on this rank's
+        counts alone, for an intake whose members may be computed without it (a collection's).
+        """
+        rank, world = group_position(process_group)
+        check_padding(self.what, self.dataset_size, world, [padding], rank)
+
     def stored_mode(self, host: Any, mode: str, column: bool, rows: bool | None = None) -> str | None:
         """The mode (``"ids"``, ``"weights"``) the epoch's first *accepted* batch decided: ``mode`` when the stored
         rows hold the column (``column``), ``"none"`` once rows were taken without it (``rows``; ``None``: the
@@ -282,14 +288,18 @@ class Ledger:
             )
             raise ValueError(msg)
         _, world = group_position(getattr(host, "process_group", None))
-        return report_from_counts(info, kept, self.dataset_size, partial=not synced and world > 1)
+        partial = not synced and world > 1
+        if not partial and bases == {0}:  # after a resume on another world size the old ranks' padding is in too
+            check_padding(self.what, self.dataset_size, len(info), [i["padding_dropped"] for i in info])
+        return report_from_counts(info, kept, self.dataset_size, partial=partial)
 
     def warn(self, report: SyncReport | None) -> None:
         """The "never seen" warning, once per epoch, the same text on every rank (every rank has the report),
         attributed to the user's line: the first caller outside this package, torchmetrics, torch and Lightning (under
         Lightning, the ``self.log(...)`` or ``compute()`` line of the user's module rather than Lightning's logger).
+        None in Lightning's sanity check (a few validation batches before every ``fit()``): not a pass of the user's.
         """
-        if report is None or not report.missing or self.warned:
+        if report is None or not report.missing or self.warned or lightning_sanity_check():
             return
         self.warned = True
         rejected = f" ({report.rejected} rows were in batches that update() rejected)" if report.rejected else ""
@@ -300,7 +310,7 @@ class Ledger:
             " with drop_last=True (it drops the tail; drop_last=False pads instead, and the padding is removed"
             " exactly), or a rank that skipped batches. Raised once per epoch (until reset()).",
             UserWarning,
-            stacklevel=_user_stacklevel(),
+            stacklevel=user_stacklevel(),
         )
 
     # ------------------------------------------------------------------ checkpoints
@@ -322,22 +332,6 @@ class Ledger:
         self.base, self.origin, self.saved_at, self.warned = base, origin, (rank, world), False
         if self.counters is None:
             self.own = counts
-
-
-_LIBRARIES = ("torchmetrics_varlen", "torchmetrics", "torch", "lightning", "pytorch_lightning", "lightning_fabric")
-
-
-def _user_stacklevel() -> int:
-    """``stacklevel`` for a warning raised by the caller of this function that points at the first frame outside
-    the libraries a metric is called through (only those already imported are looked at).
-    """
-    files = [getattr(sys.modules.get(name), "__file__", None) for name in _LIBRARIES]
-    roots = tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in files if isinstance(f, str))
-    frame: FrameType | None = sys._getframe(2)  # level 1 is the caller's own line (the warnings.warn call)
-    level = 2
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(roots):
-        frame, level = frame.f_back, level + 1
-    return level if frame is not None else 2
 
 
 def warning_compute(host: Any, compute: Callable[..., Any]) -> Callable[..., Any]:
@@ -367,6 +361,37 @@ def sampler_kept_rows(start: int, rows: int, rank: int, world: int, dataset_size
     # (start + i) * world + rank < dataset_size  <=>  start + i < ceil((dataset_size - rank) / world)
     limit = -(-(dataset_size - rank) // world)
     return max(0, min(rows, limit - start))
+
+
+def check_padding(what: str, dataset_size: int | None, world: int, padding: list[int], rank: int | None = None) -> None:
+    """Raise if more rows were dropped as padding than a ``DistributedSampler`` over ``dataset_size`` samples adds.
+
+    Such a sampler deals every rank ``ceil(dataset_size / W)`` rows: the last ``W * ceil(dataset_size / W) -
+    dataset_size`` positions (fewer than ``W``) are padding, at most one a rank. More means that ``dataset_size`` is
+    not the sampler's (``len(loader)`` passed for ``len(dataset)``), that the sampler is another one, or that a second
+    pass over the data was fed without ``reset()``: the value would silently leave out real samples. ``padding``:
+    every rank's count of rows dropped, or (``rank``) this rank's alone.
+
+    Example:
+        >>> check_padding("VarlenAUROC", 10, 2, [1, 0])  # 10 samples on 2 ranks: 5 rows each, no padding needed
+        >>> check_padding("VarlenAUROC", 10, 2, [1, 1])
+        Traceback (most recent call last):
+        ...
+        ValueError: VarlenAUROC(dataset_size=10): 2 rows were dropped as sampler padding (per rank: [1, 1]), ...
+    """
+    total = sum(padding)
+    if dataset_size is None or (max(padding, default=0) <= min(1, world - 1) and (rank is not None or total < world)):
+        return
+    where = f" on rank {rank}" if rank is not None else f" (per rank: {padding})" if world > 1 else ""
+    msg = (
+        f"{what}(dataset_size={dataset_size}): {total} rows were dropped as sampler padding{where}, but a"
+        f" DistributedSampler over {dataset_size} samples on {world} rank(s) adds at most {world - 1} (one a rank at"
+        " most), so real samples would be left out. `dataset_size` must be len(dataset), the number of samples, not"
+        " len(loader), the number of batches. A sampler other than DistributedSampler, or a second pass over the"
+        " data without reset(), does not follow its padding rule: pass `sample_ids` (or no dataset_size) there."
+        " Nothing was evaluated; after reset() the next epoch starts afresh."
+    )
+    raise ValueError(msg)
 
 
 def report_from_counts(

@@ -36,7 +36,7 @@ from torchmetrics_varlen._dist.exchange import (
     exchange_states,
 )
 from torchmetrics_varlen._dist.group import GroupLayout, distributed_available, group_position
-from torchmetrics_varlen._dist.guard import identity_qualifier, new_identity
+from torchmetrics_varlen._dist.guard import identity_qualifier, leave_epoch, new_identity
 
 # What the metric classes, ``Varlen`` and ``VarlenCollection`` use of the transport: through this seam only.
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "SyncRequest",
     "distributed_available",
     "group_position",
+    "leave_epoch",
     "new_identity",
 ]
 
@@ -251,7 +252,10 @@ class GuardedMetric(Metric):
         a sync never pairs one rank's states of one epoch with another rank's of another.
         """
         if not self._in_forward:
+            if self.sync_on_compute:  # ranks still waiting at this epoch's sync learn at once that it left
+                leave_epoch(self.process_group, self._sync_identity, self._sync_epoch)
             self._sync_epoch += 1
+        fresh_lists(self)
         super().reset()
 
     def _copy_state_dict(self) -> dict[str, list[Tensor] | Tensor]:
@@ -338,3 +342,13 @@ class GuardedMetric(Metric):
                 self._after_compute()
 
         return wrapped_compute
+
+
+def fresh_lists(metric: Metric) -> None:
+    """Give ``metric``'s list states new lists before its ``reset()``, which empties them in place (torchmetrics'):
+    the members of a compute group share those lists, and one member's reset must not empty another's states (a loop
+    that computes and resets the members of a collection one by one).
+    """
+    for name, default in metric._defaults.items():
+        if isinstance(default, list):
+            setattr(metric, name, [])

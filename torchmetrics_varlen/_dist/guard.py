@@ -20,8 +20,10 @@ meets nobody at its extra sequence number and gets an error.
 **Recovery.** A sync is placed by the metric's epoch (resets), the version of its states and the attempt (see
 :class:`Place`). A rank whose ``add`` already shows an abort arrived after the others gave up: if they have moved on
 (a later place of this metric, or held at another sync that has not decided) it raises at once; otherwise it tries
-the next attempt on the same states, watching until they come or move on. So after any mix of errors the ranks meet
-again at the first sync every rank enters, without a restart, and no sync pairs states of different epochs.
+the next attempt on the same states, watching until they come or move on. A rank that resets a metric without having
+synced it in the epoch marks the epoch's first sync ``moved`` (:func:`leave_epoch`): the ranks waiting there raise at
+once, rather than wait out ``sync_timeout`` while it waits for them at its next sync. So after any mix of errors the
+ranks meet again at the first sync every rank enters, without a restart, and no sync pairs states of different epochs.
 
 Only the error paths read more than O(1) keys: the rank that aborts collects who had arrived (one key per
 arrival, written only then) and publishes the missing ranks; on a mismatch, group rank 0 reads every rank's full
@@ -45,10 +47,19 @@ from torchmetrics_varlen._dist.guard_errors import (
     raise_mismatch,
     raise_missing,
 )
-from torchmetrics_varlen._dist.ticket import ERROR_PATH_WAIT, Ticket, lost_store
+from torchmetrics_varlen._dist.ticket import ERROR_PATH_WAIT, Place, Ticket, lost_store
 from torchmetrics_varlen._dist.works import release_finished
 
-__all__ = ["Place", "Scope", "Ticket", "check_in", "describe_differences", "identity_qualifier", "new_identity"]
+__all__ = [
+    "Place",
+    "Scope",
+    "Ticket",
+    "check_in",
+    "describe_differences",
+    "identity_qualifier",
+    "leave_epoch",
+    "new_identity",
+]
 
 _ROOT = "torchmetrics_varlen/2"
 _COUNT = (1 << 20) - 1  # arrivals: bits 0-19 (W < 2**20)
@@ -57,42 +68,6 @@ _ABORT = 1 << 50  # ranks that stopped waiting: bits 50-62
 _GO, _DIFFERS, _ABANDON, _MOVED = "go", "mismatch", "abort", "moved"
 _WATCH_GRACE = 1.0  # seconds a repeating rank that is not late waits like any other before it starts watching
 _WATCH_PERIOD = 0.05  # seconds between the looks of a late or repeating rank at where the others are
-
-
-@dataclass(frozen=True)
-class Place:
-    """Where a metric's sync stands: its epoch (resets so far), the version of its states it synced (``None``: every
-    call is a new state), how many different versions it synced in this epoch (``state``), and how many times it
-    tried to sync this very version (``attempt``).
-    """
-
-    epoch: int
-    version: int | None
-    state: int
-    attempt: int
-
-    def after(self, epoch: int, version: int | None) -> Place:
-        """The place of the next sync of the same metric, with these states."""
-        if epoch != self.epoch:
-            return Place(epoch, version, 0, 0)
-        if version is None or version != self.version:
-            return Place(epoch, version, self.state + 1, 0)
-        return Place(epoch, version, self.state, self.attempt + 1)
-
-    def again(self) -> Place:
-        """The next attempt with the same states (after this one was abandoned)."""
-        return Place(self.epoch, self.version, self.state, self.attempt + 1)
-
-    @property
-    def tag(self) -> str:
-        """The place's part of the store keys."""
-        return f"{self.epoch}.{self.state}.{self.attempt}"
-
-    def later(self) -> tuple[str, str]:
-        """The tags of where the other ranks go next when they do not sync these states again: a new version in
-        this epoch, or the next epoch.
-        """
-        return f"{self.epoch}.{self.state + 1}.0", f"{self.epoch + 1}.0.0"
 
 
 @dataclass
@@ -157,6 +132,33 @@ def identity_qualifier(process_group: Any | None, sync_on_compute: bool) -> str:
 
 def _store() -> Any:
     return _compat.default_store()
+
+
+def leave_epoch(
+    process_group: Any | None, identity: str, epoch: int, *, store: Any | None = None, scope: Scope | None = None
+) -> None:
+    """This rank resets the metric ``identity``: it leaves the metric's epoch ``epoch`` for good.
+
+    If it never checked in to a sync of the metric in that epoch (it skipped the computes, e.g. after an error in its
+    loop), no sync of the epoch can complete: it marks the epoch's first sync ``moved`` (one ``compare_set``), so that
+    the ranks waiting there, or arriving later, raise at once and name this rank, instead of waiting out
+    ``sync_timeout`` while this rank may wait for them at its next sync. A rank that synced in the epoch writes
+    nothing: ranks still at a later sync of that epoch watch where the others are (``_moved_on``). Never raises: a
+    group this rank is not in, or a lost store, is left to the next check-in.
+    """
+    if not distributed_available():
+        return
+    try:
+        layout = GroupLayout.of(process_group)
+        scope = scope or _scope()
+        last = scope.places.get((layout.name, identity))
+        if layout.world < 2 or layout.rank < 0 or (last is not None and last.epoch >= epoch):
+            return
+        store = store or _store()
+        ns = _namespace(scope, store, layout, "reset()")
+        store.compare_set(f"{ns.prefix}{identity}/{epoch}.0.0/d", "", f"{_MOVED} {layout.rank}")
+    except (RuntimeError, ValueError):  # MetricSyncError (a lost store) is a RuntimeError
+        return
 
 
 def _namespace(scope: Scope, store: Any, layout: GroupLayout, what: str) -> Namespace:
@@ -266,7 +268,8 @@ def check_in(
     if decision == _DIFFERS:
         raise_mismatch(ticket, record)
     if left_behind or decision.startswith(_MOVED):
-        raise_left_behind(ticket, late, late_by, timeout)
+        mover = decision.split()[1:2] if decision.startswith(_MOVED) else []  # "moved <rank>": the rank that reset
+        raise_left_behind(ticket, late, late_by, timeout, int(mover[0]) if mover else None)
     raise_missing(ticket, arrival & _COUNT, max(collect, 0), late, late_by)
     raise AssertionError  # pragma: no cover - both raise
 

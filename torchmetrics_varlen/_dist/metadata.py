@@ -22,6 +22,7 @@ from torch import Tensor
 from torchmetrics_varlen._dist.errors import MetricSyncError
 from torchmetrics_varlen._dist.group import comm_device
 from torchmetrics_varlen._dist.guard import Ticket, check_in
+from torchmetrics_varlen._dist.guard_errors import MESSAGE_BUDGET, shorten
 from torchmetrics_varlen._dist.records import (
     _DTYPES,
     _MAX_DIMS,
@@ -185,14 +186,17 @@ def _raise_problems(ticket: Ticket, flagged: list[int]) -> None:
     layout = ticket.layout
     keys = [f"problem/{r}" for r in flagged]
     ticket.extra_keys.extend(keys)  # deleted with the sync's other keys
-    lines = [f"  {layout.describe(r)}: {ticket.get(k).decode()}" for r, k in zip(flagged, keys, strict=True)]
-    msg = (
+    problems: dict[str, list[int]] = {}  # ranks with the same problem share a line
+    for r, k in zip(flagged, keys, strict=True):
+        problems.setdefault(ticket.get(k).decode(), []).append(r)
+    head = (
         f"{ticket.what} ({ticket.identity!r}): {layout.describe_all(flagged)} could not send"
         f" {'its' if len(flagged) == 1 else 'their'} states, so no rank exchanged any data:\n"
-        + "\n".join(lines)
-        + "\nFix the input on the rank(s) named; the process group is unaffected and the next sync can proceed."
     )
-    raise MetricSyncError(msg)
+    tail = "\nFix the input on the rank(s) named; the process group is unaffected and the next sync can proceed."
+    room = max(80, (MESSAGE_BUDGET - len(head) - len(tail)) // len(problems) - 30)
+    lines = [f"  {layout.describe_all(ranks)}: {shorten(text, room)}" for text, ranks in problems.items()]
+    raise MetricSyncError(head + "\n".join(lines) + tail)
 
 
 def _decode(row: list[int], info: list[str], modes: dict[str, Agreed], names: list[str]) -> RankMeta:
@@ -216,7 +220,7 @@ def _agree_on_mode(name: str, values: list[str | None], mode: Agreed, checked: C
     decided = {v for v in values if v is not None}
     if len(decided) > 1:
         layout = checked.ticket.layout
-        rows = "\n".join(f"  {layout.describe(r)}: {v}" for r, v in enumerate(values))
+        rows = "\n".join(f"  {layout.describe(r)}: {shorten(str(v), 80)}" for r, v in enumerate(values))
         msg = (
             f"{checked.ticket.what}: the ranks disagree on `{name}`, so their states cannot be combined:\n{rows}\n"
             "Construct the metric with the same arguments on every rank and feed it inputs of the same kind."

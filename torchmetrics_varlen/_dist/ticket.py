@@ -1,5 +1,6 @@
-"""A sync that every rank entered (:class:`Ticket`): its store keys, its deadline, and the error of a step after the
-check-in that failed (which names the ranks that stopped responding).
+"""Where a metric's sync stands (:class:`Place`), and a sync that every rank entered (:class:`Ticket`): its store
+keys, its deadline, and the error of a step after the check-in that failed (which names the ranks that stopped
+responding).
 """
 
 from __future__ import annotations
@@ -27,6 +28,42 @@ def lost_store(err: BaseException, layout: GroupLayout, what: str) -> MetricSync
         " synchronise any more. Look for the first error of global rank 0."
     )
     return MetricSyncError(msg)
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a metric's sync stands: its epoch (resets so far), the version of its states it synced (``None``: every
+    call is a new state), how many different versions it synced in this epoch (``state``), and how many times it
+    tried to sync this very version (``attempt``).
+    """
+
+    epoch: int
+    version: int | None
+    state: int
+    attempt: int
+
+    def after(self, epoch: int, version: int | None) -> Place:
+        """The place of the next sync of the same metric, with these states."""
+        if epoch != self.epoch:
+            return Place(epoch, version, 0, 0)
+        if version is None or version != self.version:
+            return Place(epoch, version, self.state + 1, 0)
+        return Place(epoch, version, self.state, self.attempt + 1)
+
+    def again(self) -> Place:
+        """The next attempt with the same states (after this one was abandoned)."""
+        return Place(self.epoch, self.version, self.state, self.attempt + 1)
+
+    @property
+    def tag(self) -> str:
+        """The place's part of the store keys."""
+        return f"{self.epoch}.{self.state}.{self.attempt}"
+
+    def later(self) -> tuple[str, str]:
+        """The tags of where the other ranks go next when they do not sync these states again: a new version in
+        this epoch, or the next epoch.
+        """
+        return f"{self.epoch}.{self.state + 1}.0", f"{self.epoch + 1}.0.0"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,128 @@
+"""A ``dataset_size`` that cannot be the ``DistributedSampler``'s is an error on every rank, never a silent prefix.
+
+A ``DistributedSampler`` over N samples on W ranks deals ``ceil(N / W)`` rows to each rank: at most W - 1 of them are
+padding, at most one a rank, none in one process. ``dataset_size=len(loader)`` (batches for samples) makes most rows
+look like padding; the value of the rows kept would be silently wrong.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from _data import scores_and_labels
+from _dist import DistPool
+from _float32 import f32
+from sklearn.metrics import accuracy_score, roc_auc_score
+from torch.utils.data import DistributedSampler
+from torchmetrics.classification import BinaryAccuracy
+
+from torchmetrics_varlen import Varlen, VarlenAUROC, VarlenCollection
+
+N, BATCH = 101, 8
+
+
+def _makers() -> dict[str, Any]:
+    return {
+        "auroc": lambda size: VarlenAUROC(dataset_size=size),
+        "varlen": lambda size: Varlen(BinaryAccuracy(), dataset_size=size),
+        "collection": lambda size: VarlenCollection({"auroc": VarlenAUROC()}, dataset_size=size),
+    }
+
+
+def _value(kind: str, value: Any) -> float:
+    return float(value["auroc"] if kind == "collection" else value)
+
+
+def _expected(kind: str, preds: torch.Tensor, target: torch.Tensor) -> float:
+    if kind == "varlen":
+        return float(accuracy_score(target, preds > 0.5))
+    return f32(roc_auc_score(target, preds))
+
+
+def _feed(metric: Any, preds: torch.Tensor, target: torch.Tensor, rows: list[int]) -> None:
+    for start in range(0, len(rows), BATCH):
+        part = rows[start : start + BATCH]
+        metric.update(preds[part].float(), target[part])
+
+
+def _feed_and_compute(metric: Any, preds: torch.Tensor, target: torch.Tensor, rows: list[int]) -> Any:
+    _feed(metric, preds, target, rows)
+    return metric.compute()
+
+
+@pytest.mark.parametrize("kind", ["auroc", "varlen", "collection"])
+def test_len_loader_for_len_dataset_raises_in_one_process_then_the_next_epoch_is_exact(kind: str) -> None:
+    preds, target = scores_and_labels(N, 1)
+    loader_len = -(-N // BATCH)  # 13 batches: the mistake
+    metric = _makers()[kind](loader_len)
+    rows = list(range(N))
+    with pytest.raises(ValueError, match=r"dataset_size=13\).*sampler padding.*len\(loader\)") as info:
+        _feed_and_compute(metric, preds, target, rows)  # a collection knows at the update that cuts a padding row
+    assert len(str(info.value)) < 1000
+    fixed = _makers()[kind](N)
+    for _ in range(2):  # the fixed argument, two epochs
+        _feed(fixed, preds, target, rows)
+        assert _value(kind, fixed.compute()) == pytest.approx(_expected(kind, preds, target), abs=1e-6)
+        fixed.reset()
+
+
+@pytest.mark.parametrize("kind", ["auroc", "varlen"])
+def test_a_second_pass_without_reset_raises_and_reset_recovers(kind: str) -> None:
+    preds, target = scores_and_labels(N, 2)
+    metric = _makers()[kind](N)
+    _feed(metric, preds, target, list(range(N)))
+    _feed(metric, preds, target, list(range(N)))  # the next epoch, without reset(): 101 rows past dataset_size
+    with pytest.raises(ValueError, match="without reset"):
+        metric.compute()
+    metric.reset()
+    _feed(metric, preds, target, list(range(N)))
+    assert _value(kind, metric.compute()) == pytest.approx(_expected(kind, preds, target), abs=1e-6)
+
+
+def case_wrong_then_right(rank: int, world: int, kind: str) -> list[Any]:
+    """Epoch 0 with dataset_size=len(loader), epoch 1 with len(dataset), on a real DistributedSampler each."""
+    preds, target = scores_and_labels(N, 3)
+    out: list[Any] = []
+    for size in (-(-N // BATCH), N):
+        metric = _makers()[kind](size)
+        rows = list(DistributedSampler(range(N), num_replicas=world, rank=rank, shuffle=True, seed=size))
+        try:
+            _feed(metric, preds, target, rows)
+            out.append(_value(kind, metric.compute()))
+        except ValueError as error:
+            out.append(str(error))
+    return out
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("kind", ["auroc", "varlen"])
+@pytest.mark.parametrize("world", [2, 3])
+def test_every_rank_raises_at_compute_then_the_fixed_metric_is_exact(pool: DistPool, kind: str, world: int) -> None:
+    preds, target = scores_and_labels(N, 3)
+    for wrong, right in pool.values(case_wrong_then_right, world, kind):
+        assert isinstance(wrong, str)
+        assert "sampler padding (per rank: [" in wrong
+        assert "len(loader)" in wrong
+        assert len(wrong) < 1000
+        assert right == pytest.approx(_expected(kind, preds, target), abs=1e-6)
+
+
+def case_padding_within_the_rule(rank: int, world: int) -> float:
+    """The largest padding a DistributedSampler makes (N = W * k + 1: W - 1 rows) is not an error."""
+    n = 4 * world + 1
+    preds, target = scores_and_labels(n, 4)
+    metric = VarlenAUROC(dataset_size=n)
+    rows = list(DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=False))
+    _feed(metric, preds, target, rows)
+    return float(metric.compute())
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_the_samplers_own_padding_is_not_an_error(pool: DistPool, world: int) -> None:
+    n = 4 * world + 1
+    preds, target = scores_and_labels(n, 4)
+    for value in pool.values(case_padding_within_the_rule, world):
+        assert value == pytest.approx(f32(roc_auc_score(target, preds)), abs=1e-12)
