@@ -18,24 +18,23 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 
 from torch import Tensor
 
-_FORCED = threading.local()
+_forced = [0]  # force_device_path() blocks open, in this process (every thread: the CPU path's pool too)
 
 
 def on_device(tensor: Tensor) -> bool:
     """Whether ``tensor`` takes the device path: it is not on the CPU, or :func:`force_device_path` is active."""
-    return not tensor.is_cpu or getattr(_FORCED, "depth", 0) > 0
+    return not tensor.is_cpu or _forced[0] > 0
 
 
 @contextlib.contextmanager
 def force_device_path() -> Iterator[None]:
     """Within the block, CPU tensors take the device path (for tests and benchmarks on a machine without a GPU)."""
-    _FORCED.depth = getattr(_FORCED, "depth", 0) + 1
+    _forced[0] += 1
     try:
         yield
     finally:
-        _FORCED.depth -= 1
+        _forced[0] -= 1
