@@ -17,7 +17,10 @@ from _syncs import HostSyncCounter
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from torchmetrics_varlen import VarlenAUROC, VarlenAveragePrecision
+from torchmetrics_varlen._core import sharded as _sharded
 from torchmetrics_varlen.functional._device import force_device_path
+from torchmetrics_varlen.functional._ranking import rank_sums
+from torchmetrics_varlen.functional._sort import SortedKeys
 
 pytestmark = pytest.mark.distributed
 
@@ -129,3 +132,94 @@ def test_device_path_host_syncs_do_not_grow_with_n(pool: DistPool, world: int, d
         counts.append([(out["auroc_syncs"], out["ap_syncs"]) for out in outcomes])
     assert counts[0] == counts[1] == counts[2], counts
     assert max(max(pair) for pair in counts[0]) <= 16, counts  # a handful per compute: O(1) here, at most O(W)
+
+
+def case_tasks(rank: int, world: int, n: int, task: str) -> dict[str, Any]:
+    """Multiclass (one sample sort per class) and duplicate sample ids (routed by id first), both paths."""
+    gen = torch.Generator().manual_seed(5)
+    ids = torch.arange(n)
+    if task == "multiclass":
+        preds, target = torch.softmax(torch.randn(n, 3, generator=gen), 1), torch.randint(0, 3, (n,), generator=gen)
+        kwargs: dict[str, Any] = {"task": "multiclass", "num_classes": 3}
+    else:
+        preds, target = scores_and_labels(n, 5, ties=True)
+        preds, kwargs = preds.float(), {}
+    mine = ids[rank::world]
+    out: dict[str, Any] = {}
+    for path in ("device", "cpu"):
+        for name, cls in (("auroc", VarlenAUROC), ("ap", VarlenAveragePrecision)):
+            metric = cls(compute_sharded=True, sync_timeout=30, **kwargs)
+            metric.update(preds[mine], target[mine], sample_ids=mine)
+            metric.update(preds[mine][:3], target[mine][:3], sample_ids=mine[:3])  # duplicates
+            with contextlib.ExitStack() as stack, warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if path == "device":
+                    stack.enter_context(force_device_path())
+                syncs = stack.enter_context(HostSyncCounter())
+                out[f"{path}-{name}"] = metric.compute().item()
+            out[f"{path}-{name}-syncs"] = syncs.total
+    return out
+
+
+@pytest.mark.parametrize("task", ["binary", "multiclass"])
+def test_device_path_with_sample_ids_and_classes(pool: DistPool, task: str) -> None:
+    """Every duplicate dropped and every class summed on the device path: the CPU path's value, bit for bit, with
+    a number of host reads that does not grow with N.
+    """
+    small, large = (pool.values(case_tasks, 2, n, task) for n in (1_000, 60_000))
+    for outs in (small, large):
+        for out in outs:
+            assert out["device-auroc"] == out["cpu-auroc"]
+            assert out["device-ap"] == out["cpu-ap"]
+    assert [o["device-auroc-syncs"] for o in small] == [o["device-auroc-syncs"] for o in large]
+    assert [o["device-ap-syncs"] for o in small] == [o["device-ap-syncs"] for o in large]
+
+
+def _runs(world: int, seed: int, ties: bool) -> tuple[torch.Tensor, list[int]]:
+    """``world`` sorted runs of compact keys end to end (some empty), as a rank receives them."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, 400, (world,), generator=gen).tolist()
+    lengths[seed % world] = 0
+    high = 50 if ties else 1 << 30
+    runs = [torch.sort(torch.randint(0, high, (m,), generator=gen, dtype=torch.int32)).values for m in lengths]
+    return torch.cat(runs), lengths
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("ties", [False, True])
+def test_merge_of_received_runs_is_the_sorted_run_length_encoding(world: int, ties: bool) -> None:
+    """The run-length encoded, merged runs: increasing keys whose counts per key are those of the sorted keys."""
+    keys, lengths = _runs(world, world + 3 * ties, ties)
+    merged, pos, neg = _sharded._merged(_sharded._key_runs(keys, lengths))
+    assert bool((merged[1:] >= merged[:-1]).all())
+    assert bool((pos[merged % 2 == 0] == 0).all())
+    assert bool((neg[merged % 2 == 1] == 0).all())
+    distinct, counts = torch.unique(keys, return_counts=True)
+    total = torch.zeros_like(distinct, dtype=torch.int64).index_add_(0, torch.searchsorted(distinct, merged), pos + neg)
+    assert torch.equal(total, counts)
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_range_sums_split_area_is_exact(monkeypatch: pytest.MonkeyPatch, ties: bool) -> None:
+    """The area summed in two parts (what a range of 1.5e9+ samples takes) is the one-part integer, and both are
+    the CPU pass's sums over the same keys.
+    """
+    keys, lengths = _runs(3, 11, ties)
+    merged, pos, neg = _sharded._merged(_sharded._key_runs(keys, lengths))
+    totals = (int(pos.sum()) + 7, keys.numel() + 20)  # as if 7 positives and 13 negatives lay in lower ranges
+    args = (merged >> 1, pos, neg, 7, 20, totals)
+    whole = _sharded._range_sums(*args, area=True, ap=True, big=keys.numel())
+    monkeypatch.setattr(_sharded, "_AREA_SPLIT", 0)
+    monkeypatch.setattr(_sharded, "_AREA_SHIFT", 3)  # a high part that is not 0 at this size
+    split = _sharded._range_sums(*args, area=True, ap=True, big=keys.numel())
+    assert split[0].item() > 0
+    assert (split[0].item() << _sharded._AREA_SHIFT) + split[1].item() == whole[1].item()
+    assert whole[2].item() == split[2].item()
+    expected = rank_sums(
+        SortedKeys(torch.sort(keys).values, torch.float32, int(pos.sum()), True),
+        pos_before=7,
+        all_before=20,
+        totals=totals,
+    )
+    assert whole[1].item() + 2 * 13 * int(pos.sum()) == expected.twice_area
+    assert whole[2:3].view(torch.float64).item() == pytest.approx(expected.ap_sum, rel=1e-14)

@@ -4,7 +4,9 @@ Only scalar statistics that reduce to per-range :class:`~torchmetrics_varlen.fun
 average precision) compute this way; the metric reduces the global sums like any other (``_ranking.reduce_sums``).
 The rows move in a sample sort (``_dist/shard.py``, transport only); the per-range math is this module's: the
 columns it sorts and moves (:class:`_KeyColumn`, :class:`_ScoreColumn`, :class:`_WeightedColumn`) and the sums over
-the range each rank receives.
+the range each rank receives. On the device path (``functional._device.on_device``) a compute reads the device a
+fixed number of times whatever the number of samples: the W sorted runs a rank receives are run-length encoded and
+merged, not sorted again, and summed with whole-array cumulative sums (:func:`_device_sums`).
 """
 
 from __future__ import annotations
@@ -292,9 +294,10 @@ def _device_sums(
     return combine(parts)
 
 
-# The area's sum of products is split at this bit when it could pass 2**63 (the high part sums the products' high
-# bits): exact for up to 2**32 positives per rank.
+# The area's sum of products is split at this bit when it could pass 2**63 (twice the square of the range's samples
+# at least _AREA_SPLIT; the high part sums the products' high bits): exact for up to 2**32 positives per rank.
 _AREA_SHIFT = 31
+_AREA_SPLIT = 1 << 62
 
 Table = tuple[Tensor, Tensor, Tensor]  # (merge keys increasing, positives, negatives): one entry per run of a key
 
@@ -406,7 +409,7 @@ def _range_sums(
     out = [zero, zero, zero]
     if area:
         neg_both = (all_lt - pos_lt).add_(all_le[last_at] - pos_le[last_at])  # below + at or below the score
-        if 2 * big * big < 1 << 62:
+        if 2 * big * big < _AREA_SPLIT:
             out[1] = torch.sum(pos * neg_both).reshape(1)
         else:
             mask = (1 << _AREA_SHIFT) - 1

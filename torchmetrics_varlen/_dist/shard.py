@@ -13,6 +13,9 @@ samples in as a :class:`SortedColumn` (its own sort, keys and counts) and does t
 4. one ``all_to_all_single`` per moved tensor sends the (already sorted, hence contiguous) rows to their owners;
 5. the caller sums over its range (with the offsets of step 3) and all-gathers the ``W`` partial sums.
 
+Host reads: the samples' counts, the edges and the matrix once each (a column may count its tallies on the device),
+whatever the number of rows.
+
 Duplicate ids are first routed to ``id % W`` with one more ``all_to_all`` (:func:`route_rows_by_id`), so every copy
 of a sample meets its twins on one rank. Data stays on the communication device (CUDA for NCCL); the store-based
 check-in runs before, as for every sync.
