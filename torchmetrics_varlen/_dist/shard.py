@@ -13,6 +13,9 @@ samples in as a :class:`SortedColumn` (its own sort, keys and counts) and does t
 4. one ``all_to_all_single`` per moved tensor sends the (already sorted, hence contiguous) rows to their owners;
 5. the caller sums over its range (with the offsets of step 3) and all-gathers the ``W`` partial sums.
 
+Host reads: the samples' counts, the edges and the matrix once each (a column may count its tallies on the device),
+whatever the number of rows.
+
 Duplicate ids are first routed to ``id % W`` with one more ``all_to_all`` (:func:`route_rows_by_id`), so every copy
 of a sample meets its twins on one rank. Data stays on the communication device (CUDA for NCCL); the store-based
 check-in runs before, as for every sync.
@@ -107,11 +110,13 @@ def _sample(n: int, values: Tensor, count: int) -> Tensor:
     return out
 
 
-def _splitters(gathered: Tensor, world: int) -> Tensor:
-    """``W - 1`` increasing score bounds that split the samples' weight (what each stands for) into ``W`` parts."""
+def _splitters(gathered: Tensor, counts: list[int], world: int) -> Tensor:
+    """``W - 1`` increasing score bounds that split the samples' weight (what each stands for) into ``W`` parts.
+
+    ``counts`` are the ranks' row counts (``gathered[:, 0]``, read once): no host read per rank.
+    """
     values, weights = [], []
-    for row in gathered:
-        n = int(row[0])
+    for row, n in zip(gathered, counts, strict=True):
         taken = min(n, row.numel() - 1)
         if taken:
             values.append(row[1 : taken + 1])
@@ -139,8 +144,10 @@ class SortedColumn(Protocol):
         """``[0, ..., rows]``: where each of the ``W`` slices (scores below each splitter, then above) begins."""
         ...
 
-    def tallies(self, edges: list[int]) -> list[int]:
-        """Integers per slice that travel with the row counts (e.g. positives), the same length on every rank."""
+    def tallies(self, edges: list[int]) -> list[int] | Tensor:
+        """Integers per slice that travel with the row counts (e.g. positives), the same length on every rank: a
+        list, or a 1-D tensor on the communication device (counted there: no host read on the device path).
+        """
         ...
 
     def take(self) -> list[Tensor]:
@@ -151,18 +158,24 @@ class SortedColumn(Protocol):
 @dataclass(frozen=True)
 class Range:
     """What the sample sort gives one rank: its range of each moved tensor (the ``W`` sorted runs in rank order)
-    and the ``W x (W + W * k)`` matrix of rows, then tallies, that every rank sent to every rank.
+    and the ``W x (W + W * k)`` matrix of rows, then tallies, that every rank sent to every rank (read to the host
+    once: ``rows``).
     """
 
     moved: list[Tensor]
     matrix: Tensor
     rank: int
     world: int
+    rows: list[list[int]]
 
     def per_range(self, tally: int | None = None) -> list[int]:
         """Rows (or, with ``tally``, that tally) of every rank's range, in rank order."""
         at = 0 if tally is None else self.world * (1 + tally)
-        return self.matrix[:, at : at + self.world].sum(0).tolist()
+        return [sum(row[at + r] for row in self.rows) for r in range(self.world)]
+
+    def received(self) -> list[int]:
+        """How many rows of this rank's range came from each rank: the lengths of its ``W`` sorted runs."""
+        return [row[self.rank] for row in self.rows]
 
 
 def sample_sort(shard: Shard, make_column: Callable[[], SortedColumn]) -> Range:
@@ -188,20 +201,26 @@ def sample_sort(shard: Shard, make_column: Callable[[], SortedColumn]) -> Range:
         shard.all_gather(torch.full((per_rank + 1,), -1.0, dtype=torch.float64, device=shard.device))
         raise
     gathered = shard.all_gather(local)
-    failed = [r for r in range(world) if float(gathered[r, 0]) < 0]
+    counts = [int(c) for c in gathered[:, 0].tolist()]  # one host read for every rank's count
+    failed = [r for r in range(world) if counts[r] < 0]
     if failed:
         notes = [f"{shard.ticket.layout.describe(r)}: {shard.ticket.get(f'{key}/{r}').decode()}" for r in failed]
         msg = f"{shard.what}: the sharded computation failed on {'; '.join(notes)}"
         raise MetricSyncError(msg)
-    splitters = _splitters(gathered, world)
+    splitters = _splitters(gathered, counts, world)
     edges = column.edges(splitters)
     sent = [b - a for a, b in zip(edges[:-1], edges[1:], strict=True)]
-    matrix = shard.all_gather(torch.tensor(sent + column.tallies(edges), dtype=torch.int64, device=shard.device))
-    recv_rows = matrix[:, rank].tolist()
+    tallies = column.tallies(edges)
+    row = torch.tensor(sent if isinstance(tallies, Tensor) else sent + tallies, dtype=torch.int64)
+    if isinstance(tallies, Tensor):  # counted on the device: joined there, read with the matrix
+        row = torch.cat([row.to(shard.device), tallies.to(device=shard.device, dtype=torch.int64)])
+    matrix = shard.all_gather(row.to(shard.device))
+    rows = matrix.tolist()  # the one host read of the matrix
+    recv_rows = [r[rank] for r in rows]
     sources, moved = column.take(), []
     while sources:
         moved.append(shard.all_to_all(sources.pop(0), sent, recv_rows))
-    return Range(moved, matrix, rank, world)
+    return Range(moved, matrix, rank, world, rows)
 
 
 def route_rows_by_id(shard: Shard, rows: dict[str, Tensor], ids: Tensor) -> dict[str, Tensor]:
