@@ -308,7 +308,7 @@ class Ledger:
             f" {report.missing} were never seen{rejected}. The cause cannot be told from here: a partial pass over"
             " the data (Lightning's sanity check, `limit_val_batches`, a loop stopped early), a DistributedSampler"
             " with drop_last=True (it drops the tail; drop_last=False pads instead, and the padding is removed"
-            " exactly), or a rank that skipped batches. Raised once per epoch (until reset()).",
+            " exactly), a rank that skipped batches, or a dataset_size larger than len(dataset). Raised once per epoch (until reset()).",
             UserWarning,
             stacklevel=user_stacklevel(),
         )
@@ -386,10 +386,11 @@ def check_padding(what: str, dataset_size: int | None, world: int, padding: list
     msg = (
         f"{what}(dataset_size={dataset_size}): {total} rows were dropped as sampler padding{where}, but a"
         f" DistributedSampler over {dataset_size} samples on {world} rank(s) adds at most {world - 1} (one a rank at"
-        " most), so real samples would be left out. `dataset_size` must be len(dataset), the number of samples, not"
-        " len(loader), the number of batches. A sampler other than DistributedSampler, or a second pass over the"
-        " data without reset(), does not follow its padding rule: pass `sample_ids` (or no dataset_size) there."
-        " Nothing was evaluated; after reset() the next epoch starts afresh."
+        " most), so real samples would be left out. The likely causes: `dataset_size` set to len(loader), the number"
+        " of batches, instead of len(dataset), the number of samples; or a second pass over the data without"
+        " reset() between the epochs. A sampler other than DistributedSampler does not follow its padding rule:"
+        " pass `sample_ids` (or no dataset_size) there. Nothing was evaluated; after reset() the next epoch starts"
+        " afresh."
     )
     raise ValueError(msg)
 
