@@ -308,7 +308,8 @@ class Ledger:
             f" {report.missing} were never seen{rejected}. The cause cannot be told from here: a partial pass over"
             " the data (Lightning's sanity check, `limit_val_batches`, a loop stopped early), a DistributedSampler"
             " with drop_last=True (it drops the tail; drop_last=False pads instead, and the padding is removed"
-            " exactly), a rank that skipped batches, or a dataset_size larger than len(dataset). Raised once per epoch (until reset()).",
+            " exactly), a rank that skipped batches, or a dataset_size larger than len(dataset). Raised once per"
+            " epoch (until reset()).",
             UserWarning,
             stacklevel=user_stacklevel(),
         )
