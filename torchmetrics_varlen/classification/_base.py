@@ -7,7 +7,8 @@ A metric keeps one row per sample in list states (exact mode) or a summed state 
 whose ``update`` takes other inputs (groups, two score columns) overrides ``update`` and ``_weight_column``.
 
 The constructor keywords of the synchronisation (``dataset_size``, ``sync_timeout``, ``compute_on_rank``,
-``compute_sharded``, ``sync_key``) are declared here only; the public classes pass them through ``**kwargs``.
+``compute_sharded``, ``sync_key``) are validated here; every public class names them, keyword-only, with these
+defaults (``tests/test_signatures.py``), and passes on by name; its ``**kwargs`` are torchmetrics' ``Metric`` keywords.
 
 No ``from __future__ import annotations`` here: ``torch.jit.script(metric)`` reads the class annotations of
 ``_VarlenMetric`` to type the module's attributes, and TorchScript cannot resolve annotations kept as strings.
@@ -57,6 +58,21 @@ from torchmetrics_varlen.functional._tasks import (
     validate_metric_args,
 )
 from torchmetrics_varlen.functional._weighted import WeightedProblem
+
+# torchmetrics' own ``Metric`` keywords, the only ones a metric's ``**kwargs`` take: any other name is a typo, refused
+# as Python refuses one (``TypeError``) rather than by torchmetrics' ``ValueError``. ``tests/test_signatures.py`` reads
+# the names ``Metric.__init__`` pops from its source, so a torchmetrics release that adds one fails there.
+METRIC_KEYWORDS = frozenset(
+    (
+        "compute_on_cpu",
+        "dist_sync_on_step",
+        "process_group",
+        "dist_sync_fn",
+        "distributed_available_fn",
+        "sync_on_compute",
+        "compute_with_cache",
+    )
+)
 
 
 class _VarlenMetric(GuardedMetric):
@@ -122,6 +138,11 @@ class _VarlenMetric(GuardedMetric):
         sync_key: str | None = None,
         **kwargs: Any,
     ) -> None:
+        unknown = sorted(set(kwargs) - METRIC_KEYWORDS)
+        if unknown:
+            names = ", ".join(repr(name) for name in unknown)
+            msg = f"{type(self).__name__}() got an unexpected keyword argument {names}"
+            raise TypeError(msg)
         super().__init__(**kwargs)
         settings = {
             "task": task,
@@ -169,7 +190,6 @@ class _VarlenMetric(GuardedMetric):
         sample_ids: Tensor | None = None,
         *,
         sample_weight: Tensor | None = None,
-        _start: int | None = None,
     ) -> None:
         """Validate one batch and add it to the state; a batch that fails validation changes nothing.
 
@@ -183,7 +203,7 @@ class _VarlenMetric(GuardedMetric):
                 them with every batch of an epoch or with none. A dropped padded sample drops its weight; with
                 ``sample_ids`` the kept copy's weight counts.
         """
-        self._update(preds, target, sample_ids, {}, _start, sample_weight)
+        self._update(preds, target, sample_ids, {}, self._forward_start, sample_weight)
 
     def _value_from_wire(self, value: Any) -> Any:
         """The computed value as the metric returns it, from the tensors, tuples and lists it travels as."""
@@ -276,6 +296,9 @@ class _VarlenMetric(GuardedMetric):
     _checkable = True
     _check_only = False  # set by :meth:`_precheck` while ``update`` runs: check the batch, take nothing
     _checked_batch: CheckedBatch | None = None  # the check of a batch that its next ``update`` takes (``_core/batch``)
+    # The sampler position of the batch that ``forward`` passes to ``update`` (``None``: the ledger's next one), set
+    # by :meth:`forward` around torchmetrics' forward, whose ``reset()`` zeroes the counters the position is read from.
+    _forward_start: int | None = None
 
     def _refused(self, preds: Any, msg: str) -> ValueError:
         """The error for a batch that ``update`` refuses before ``_update`` checks it; in a real update (not a
@@ -303,7 +326,6 @@ class _VarlenMetric(GuardedMetric):
     @torch.jit.unused
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Update with the batch and return its own value; sampler positions continue from the global state."""
-        kwargs.setdefault("_start", self._ledger.position(self))
         if self._checkable and self._checked_batch is None:  # (a collection's forward has checked it already)
             # Checked against the epoch's states: torchmetrics' forward updates a reset metric, where a switch of
             # mode (ids, weights) could not be seen. The update inside uses this check (the same arguments).
@@ -313,15 +335,20 @@ class _VarlenMetric(GuardedMetric):
                 self._computed = None  # as a refused update: the next compute() reports the refused rows
                 self._ledger.refuse(self, _rows_of(args[0] if args else kwargs.get("preds")))
                 raise
-        value = super().forward(*args, **kwargs)  # (``_in_forward`` inside: no report, no warning, no new epoch)
+        # The update inside starts at the epoch's position: read now, before torchmetrics' forward resets the counters.
+        self._forward_start = self._ledger.position(self)
+        try:
+            value = super().forward(*args, **kwargs)  # (``_in_forward`` inside: no report, no warning, no new epoch)
+        finally:
+            self._forward_start = None
         if self._summed is None:  # the batch's piece is in the row states now: count it (``_core/batch.py``)
             count_piece(self, self._strategy.state_names(self))
         return value
 
     def reset(self) -> None:
-        """Forget every sample (``forward`` resets internally too: it passes the position explicitly)."""
+        """Forget every sample (``forward`` resets internally too: it keeps the position, ``_forward_start``)."""
         super().reset()
-        if not self._in_forward:  # forward keeps the epoch's sampler positions (it passes the start itself)
+        if not self._in_forward:  # forward keeps the epoch's sampler positions (``_forward_start``)
             self._ledger.reset()
         SHARED_SYNCS.clear()
 

@@ -1,8 +1,9 @@
 """The constructors that several metric families share: torchmetrics' task signatures, declared once.
 
 A public class combines one of these (its signature) with its family's compute, e.g.
-``class VarlenMulticlassAUROC(_Multiclass, _AUROCMetric)``; every constructor passes the synchronisation keywords
-on to ``_VarlenMetric`` through ``**kwargs``. Each body passes its arguments on by name (:func:`passed_on`).
+``class VarlenMulticlassAUROC(_Multiclass, _AUROCMetric)``. Each names torchmetrics' arguments as torchmetrics does
+(positional in its order), then ``normalization`` and the synchronisation keywords, keyword-only; ``**kwargs`` are
+torchmetrics' own ``Metric`` keywords (``compute_on_cpu``, ``process_group``, ...).
 """
 
 from __future__ import annotations
@@ -10,18 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from torchmetrics_varlen.classification._base import _VarlenMetric
+from torchmetrics_varlen.classification._task_wrapper import _TaskWrapper
 from torchmetrics_varlen.functional._tasks import Average, Normalization, Thresholds
 from torchmetrics_varlen.functional.curves import CurveAverage
-
-
-def passed_on(arguments: dict[str, Any], *, ignored: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A constructor's ``locals()`` as ``_VarlenMetric``'s keywords, its ``**kwargs`` flattened in.
-
-    Left out: ``self``, the ``__class__`` cell of a zero-argument ``super()``, and ``ignored`` (arguments a binary
-    class only takes for its ``task=`` classes).
-    """
-    skipped = {"self", "__class__", "kwargs", *ignored}
-    return {**{name: value for name, value in arguments.items() if name not in skipped}, **arguments["kwargs"]}
 
 
 class _Multiclass(_VarlenMetric):
@@ -36,9 +28,28 @@ class _Multiclass(_VarlenMetric):
         validate_args: bool = True,
         *,
         normalization: Normalization = "sigmoid",
+        dataset_size: int | None = None,
+        sync_timeout: float | None = 60.0,
+        compute_on_rank: int | None = None,
+        compute_sharded: bool = False,
+        sync_key: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(task="multiclass", **passed_on(locals()))
+        super().__init__(
+            task="multiclass",
+            num_classes=num_classes,
+            average=average,
+            thresholds=thresholds,
+            ignore_index=ignore_index,
+            validate_args=validate_args,
+            normalization=normalization,
+            dataset_size=dataset_size,
+            sync_timeout=sync_timeout,
+            compute_on_rank=compute_on_rank,
+            compute_sharded=compute_sharded,
+            sync_key=sync_key,
+            **kwargs,
+        )
 
 
 class _Multilabel(_VarlenMetric):
@@ -53,12 +64,31 @@ class _Multilabel(_VarlenMetric):
         validate_args: bool = True,
         *,
         normalization: Normalization = "sigmoid",
+        dataset_size: int | None = None,
+        sync_timeout: float | None = 60.0,
+        compute_on_rank: int | None = None,
+        compute_sharded: bool = False,
+        sync_key: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(task="multilabel", **passed_on(locals()))
+        super().__init__(
+            task="multilabel",
+            num_labels=num_labels,
+            average=average,
+            thresholds=thresholds,
+            ignore_index=ignore_index,
+            validate_args=validate_args,
+            normalization=normalization,
+            dataset_size=dataset_size,
+            sync_timeout=sync_timeout,
+            compute_on_rank=compute_on_rank,
+            compute_sharded=compute_sharded,
+            sync_key=sync_key,
+            **kwargs,
+        )
 
 
-class _CurveBinary(_VarlenMetric):
+class _CurveBinary(_TaskWrapper):
     """The binary constructor (torchmetrics' ``Binary*`` arguments, then ``task=`` for the other tasks)."""
 
     def __init__(
@@ -72,9 +102,27 @@ class _CurveBinary(_VarlenMetric):
         num_classes: int | None = None,
         num_labels: int | None = None,
         average: CurveAverage = None,
+        dataset_size: int | None = None,
+        sync_timeout: float | None = 60.0,
+        compute_on_rank: int | None = None,
+        compute_sharded: bool = False,
+        sync_key: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**passed_on(locals(), ignored=("num_classes", "num_labels", "average")))
+        # num_classes, num_labels and average are the other tasks' (``_TaskWrapper.__new__``): unused here.
+        super().__init__(
+            task=task,
+            thresholds=thresholds,
+            ignore_index=ignore_index,
+            validate_args=validate_args,
+            normalization=normalization,
+            dataset_size=dataset_size,
+            sync_timeout=sync_timeout,
+            compute_on_rank=compute_on_rank,
+            compute_sharded=compute_sharded,
+            sync_key=sync_key,
+            **kwargs,
+        )
 
 
 class _CurveMulticlass(_VarlenMetric):
@@ -89,9 +137,28 @@ class _CurveMulticlass(_VarlenMetric):
         validate_args: bool = True,
         *,
         normalization: Normalization = "sigmoid",
+        dataset_size: int | None = None,
+        sync_timeout: float | None = 60.0,
+        compute_on_rank: int | None = None,
+        compute_sharded: bool = False,
+        sync_key: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(task="multiclass", **passed_on(locals()))
+        super().__init__(
+            task="multiclass",
+            num_classes=num_classes,
+            thresholds=thresholds,
+            average=average,
+            ignore_index=ignore_index,
+            validate_args=validate_args,
+            normalization=normalization,
+            dataset_size=dataset_size,
+            sync_timeout=sync_timeout,
+            compute_on_rank=compute_on_rank,
+            compute_sharded=compute_sharded,
+            sync_key=sync_key,
+            **kwargs,
+        )
 
 
 class _CurveMultilabel(_VarlenMetric):
@@ -105,6 +172,24 @@ class _CurveMultilabel(_VarlenMetric):
         validate_args: bool = True,
         *,
         normalization: Normalization = "sigmoid",
+        dataset_size: int | None = None,
+        sync_timeout: float | None = 60.0,
+        compute_on_rank: int | None = None,
+        compute_sharded: bool = False,
+        sync_key: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(task="multilabel", **passed_on(locals()))
+        super().__init__(
+            task="multilabel",
+            num_labels=num_labels,
+            thresholds=thresholds,
+            ignore_index=ignore_index,
+            validate_args=validate_args,
+            normalization=normalization,
+            dataset_size=dataset_size,
+            sync_timeout=sync_timeout,
+            compute_on_rank=compute_on_rank,
+            compute_sharded=compute_sharded,
+            sync_key=sync_key,
+            **kwargs,
+        )

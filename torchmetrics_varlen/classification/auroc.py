@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from torch import Tensor
+from torchmetrics import Metric
 
 from torchmetrics_varlen.classification._base import _VarlenMetric
-from torchmetrics_varlen.classification._constructors import _Multiclass, _Multilabel, passed_on
-from torchmetrics_varlen.classification._task_wrapper import new_for_task
+from torchmetrics_varlen.classification._constructors import _Multiclass, _Multilabel
+from torchmetrics_varlen.classification._task_wrapper import _TaskWrapper
 from torchmetrics_varlen.functional._tasks import Average, Normalization, Thresholds
 from torchmetrics_varlen.functional.auroc import AUROC, _compute, _compute_weighted
 
@@ -31,7 +32,7 @@ class _AUROCMetric(_VarlenMetric):
         return _compute(self._problems(with_scores=self.max_fpr is not None), self._split, self.max_fpr)
 
 
-class VarlenAUROC(_AUROCMetric):
+class VarlenAUROC(_TaskWrapper, _AUROCMetric):
     r"""Area under the ROC curve, exact across ranks, uneven shards, empty ranks and sampler padding.
 
     Single process it is :class:`torchmetrics.classification.BinaryAUROC`: the same constructor, inputs and values
@@ -65,18 +66,21 @@ class VarlenAUROC(_AUROCMetric):
         num_classes: For ``task="multiclass"``.
         num_labels: For ``task="multilabel"``.
         average: For the other tasks; ignored for binary.
-        kwargs: The package's synchronisation keywords, taken by every metric class:
-            ``dataset_size`` (``len(dataset)`` of a ``DistributedSampler``: positions ``>= dataset_size`` in its
+        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: positions ``>= dataset_size`` in its
             rank-interleaved order are its padding, dropped in ``update()``; with ``sample_ids`` only used to report
-            missing samples), ``sync_timeout`` (seconds every rank waits for the others at ``compute()``, default
-            60; ``None`` waits forever), ``compute_on_rank`` (gather every sample to this rank only, compute there
-            and broadcast the value; every rank still calls ``compute()``; exact mode), ``compute_sharded`` (AUROC
-            and AP, exact mode, without ``max_fpr``: a distributed sample sort, each rank keeps about ``1 / W`` of
-            the scores, same value), ``sync_key`` (the same name on every rank when ranks create their metrics in
-            different orders); and any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``,
-            ``sync_on_compute``, ``process_group``, ...; ``dist_sync_fn`` is ignored: the metric syncs itself).
+            missing samples.
+        sync_timeout: Seconds every rank waits for the others at ``compute()`` (default 60); ``None`` waits forever.
+        compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value; every rank
+            still calls ``compute()`` (exact mode).
+        compute_sharded: AUROC and AP, exact mode, without ``max_fpr``: a distributed sample sort, each rank keeps
+            about ``1 / W`` of the scores, same value.
+        sync_key: The same name on every rank when ranks create their metrics in different orders.
+        kwargs: Any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``, ``sync_on_compute``,
+            ``process_group``, ...; ``dist_sync_fn`` is ignored: the metric syncs itself). Any other name is a
+            ``TypeError``, as for a function.
 
     Raises:
+        TypeError: On a keyword the constructor does not take (a typo of a synchronisation keyword).
         ValueError: On an invalid argument (in the constructor), or, in ``update()``, on mismatched shapes, scores
             that are not finite floats or labels outside {0, 1}; at ``compute()``, if ``compute_on_rank`` is not a
             rank of the process group.
@@ -91,11 +95,9 @@ class VarlenAUROC(_AUROCMetric):
         tensor(0.7500)
     """
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        """The binary metric, or with ``task="multiclass"`` / ``"multilabel"`` the task class (see above)."""
-        return new_for_task(
-            cls, args, kwargs, {"multiclass": VarlenMulticlassAUROC, "multilabel": VarlenMultilabelAUROC}
-        )
+    @classmethod
+    def _task_classes(cls) -> dict[str, type[Metric]]:
+        return {"multiclass": VarlenMulticlassAUROC, "multilabel": VarlenMultilabelAUROC}
 
     def __init__(
         self,
@@ -109,9 +111,29 @@ class VarlenAUROC(_AUROCMetric):
         num_classes: int | None = None,
         num_labels: int | None = None,
         average: Average = "macro",
+        dataset_size: int | None = None,
+        sync_timeout: float | None = 60.0,
+        compute_on_rank: int | None = None,
+        compute_sharded: bool = False,
+        sync_key: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**passed_on(locals(), ignored=("num_classes", "num_labels")))
+        # num_classes and num_labels are the other tasks' (``_TaskWrapper.__new__``): unused here.
+        super().__init__(
+            max_fpr=max_fpr,
+            thresholds=thresholds,
+            ignore_index=ignore_index,
+            validate_args=validate_args,
+            normalization=normalization,
+            task=task,
+            average=average,
+            dataset_size=dataset_size,
+            sync_timeout=sync_timeout,
+            compute_on_rank=compute_on_rank,
+            compute_sharded=compute_sharded,
+            sync_key=sync_key,
+            **kwargs,
+        )
 
 
 class VarlenMulticlassAUROC(_Multiclass, _AUROCMetric):
@@ -137,8 +159,13 @@ class VarlenMulticlassAUROC(_Multiclass, _AUROCMetric):
         validate_args: Validate every batch.
         normalization: ``"sigmoid"`` (default: torchmetrics' softmax of batches that are not probabilities) or
             ``None`` (raw scores).
-        kwargs: The synchronisation keywords (see :class:`~torchmetrics_varlen.VarlenAUROC`) and any
-            :class:`torchmetrics.Metric` keyword.
+        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
+        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
+        compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value.
+        compute_sharded: The distributed sample sort (exact mode): each rank keeps about ``1 / W`` of the scores.
+        sync_key: The same name on every rank when ranks create their metrics in different orders.
+        kwargs: Any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``, ``process_group``, ...); the
+            synchronisation keywords are described at :class:`~torchmetrics_varlen.VarlenAUROC`.
 
     Raises:
         ValueError: On an invalid argument, or, in ``update()``, on shapes that do not match ``num_classes``,
@@ -174,8 +201,13 @@ class VarlenMultilabelAUROC(_Multilabel, _AUROCMetric):
         ignore_index: Target value whose entries are ignored.
         validate_args: Validate every batch.
         normalization: ``"sigmoid"`` (default) or ``None`` (raw scores).
-        kwargs: The synchronisation keywords (see :class:`~torchmetrics_varlen.VarlenAUROC`) and any
-            :class:`torchmetrics.Metric` keyword.
+        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
+        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
+        compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value.
+        compute_sharded: The distributed sample sort (exact mode): each rank keeps about ``1 / W`` of the scores.
+        sync_key: The same name on every rank when ranks create their metrics in different orders.
+        kwargs: Any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``, ``process_group``, ...); the
+            synchronisation keywords are described at :class:`~torchmetrics_varlen.VarlenAUROC`.
 
     Raises:
         ValueError: On an invalid argument, or, in ``update()``, on shapes that do not match ``num_labels``,

@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from torch import Tensor
+from torchmetrics import Metric
 
 from torchmetrics_varlen.classification._base import _VarlenMetric
-from torchmetrics_varlen.classification._constructors import _Multiclass, _Multilabel, passed_on
-from torchmetrics_varlen.classification._task_wrapper import new_for_task
+from torchmetrics_varlen.classification._constructors import _Multiclass, _Multilabel
+from torchmetrics_varlen.classification._task_wrapper import _TaskWrapper
 from torchmetrics_varlen.functional._ranking import reduce_problems
 from torchmetrics_varlen.functional._tasks import Average, Normalization, Thresholds
 from torchmetrics_varlen.functional._weighted import reduce_weighted
@@ -31,7 +32,7 @@ class _AveragePrecisionMetric(_VarlenMetric):
         return reduce_problems(self._problems(with_scores=False), self._split, AVERAGE_PRECISION)
 
 
-class VarlenAveragePrecision(_AveragePrecisionMetric):
+class VarlenAveragePrecision(_TaskWrapper, _AveragePrecisionMetric):
     r"""Average precision, exact across ranks, uneven shards, empty ranks and sampler padding.
 
     Single process it is :class:`torchmetrics.classification.BinaryAveragePrecision`: the same constructor, inputs
@@ -56,9 +57,13 @@ class VarlenAveragePrecision(_AveragePrecisionMetric):
         num_classes: For ``task="multiclass"``.
         num_labels: For ``task="multilabel"``.
         average: For the other tasks; ignored for binary.
-        kwargs: The synchronisation keywords (``dataset_size``, ``sync_timeout``, ``compute_on_rank``,
-            ``compute_sharded``, ``sync_key``; see :class:`~torchmetrics_varlen.VarlenAUROC`) and any
-            :class:`torchmetrics.Metric` keyword.
+        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
+        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
+        compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value.
+        compute_sharded: The distributed sample sort (exact mode): each rank keeps about ``1 / W`` of the scores.
+        sync_key: The same name on every rank when ranks create their metrics in different orders.
+        kwargs: Any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``, ``process_group``, ...); the
+            synchronisation keywords are described at :class:`~torchmetrics_varlen.VarlenAUROC`.
 
     Raises:
         ValueError: On an invalid argument, or, in ``update()``, on mismatched shapes, scores that are not finite
@@ -73,13 +78,9 @@ class VarlenAveragePrecision(_AveragePrecisionMetric):
         tensor(0.8333)
     """
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        """The binary metric, or with ``task="multiclass"`` / ``"multilabel"`` the task class (see above)."""
-        by_task: dict[str, type[_AveragePrecisionMetric]] = {
-            "multiclass": VarlenMulticlassAveragePrecision,
-            "multilabel": VarlenMultilabelAveragePrecision,
-        }
-        return new_for_task(cls, args, kwargs, by_task)
+    @classmethod
+    def _task_classes(cls) -> dict[str, type[Metric]]:
+        return {"multiclass": VarlenMulticlassAveragePrecision, "multilabel": VarlenMultilabelAveragePrecision}
 
     def __init__(
         self,
@@ -92,9 +93,28 @@ class VarlenAveragePrecision(_AveragePrecisionMetric):
         num_classes: int | None = None,
         num_labels: int | None = None,
         average: Average = "macro",
+        dataset_size: int | None = None,
+        sync_timeout: float | None = 60.0,
+        compute_on_rank: int | None = None,
+        compute_sharded: bool = False,
+        sync_key: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**passed_on(locals(), ignored=("num_classes", "num_labels")))
+        # num_classes and num_labels are the other tasks' (``_TaskWrapper.__new__``): unused here.
+        super().__init__(
+            thresholds=thresholds,
+            ignore_index=ignore_index,
+            validate_args=validate_args,
+            normalization=normalization,
+            task=task,
+            average=average,
+            dataset_size=dataset_size,
+            sync_timeout=sync_timeout,
+            compute_on_rank=compute_on_rank,
+            compute_sharded=compute_sharded,
+            sync_key=sync_key,
+            **kwargs,
+        )
 
 
 class VarlenMulticlassAveragePrecision(_Multiclass, _AveragePrecisionMetric):
@@ -121,8 +141,13 @@ class VarlenMulticlassAveragePrecision(_Multiclass, _AveragePrecisionMetric):
         validate_args: Validate every batch.
         normalization: ``"sigmoid"`` (default: torchmetrics' softmax of batches that are not probabilities) or
             ``None`` (raw scores).
-        kwargs: The synchronisation keywords (see :class:`~torchmetrics_varlen.VarlenAUROC`) and any
-            :class:`torchmetrics.Metric` keyword.
+        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
+        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
+        compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value.
+        compute_sharded: The distributed sample sort (exact mode): each rank keeps about ``1 / W`` of the scores.
+        sync_key: The same name on every rank when ranks create their metrics in different orders.
+        kwargs: Any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``, ``process_group``, ...); the
+            synchronisation keywords are described at :class:`~torchmetrics_varlen.VarlenAUROC`.
 
     Raises:
         ValueError: On an invalid argument, or, in ``update()``, on shapes that do not match ``num_classes``,
@@ -159,8 +184,13 @@ class VarlenMultilabelAveragePrecision(_Multilabel, _AveragePrecisionMetric):
         ignore_index: Target value whose entries are ignored.
         validate_args: Validate every batch.
         normalization: ``"sigmoid"`` (default) or ``None`` (raw scores).
-        kwargs: The synchronisation keywords (see :class:`~torchmetrics_varlen.VarlenAUROC`) and any
-            :class:`torchmetrics.Metric` keyword.
+        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
+        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
+        compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value.
+        compute_sharded: The distributed sample sort (exact mode): each rank keeps about ``1 / W`` of the scores.
+        sync_key: The same name on every rank when ranks create their metrics in different orders.
+        kwargs: Any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``, ``process_group``, ...); the
+            synchronisation keywords are described at :class:`~torchmetrics_varlen.VarlenAUROC`.
 
     Raises:
         ValueError: On an invalid argument, or, in ``update()``, on shapes that do not match ``num_labels``,

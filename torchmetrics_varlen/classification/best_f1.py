@@ -8,7 +8,6 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen.classification._base import _VarlenMetric
-from torchmetrics_varlen.classification._constructors import passed_on
 from torchmetrics_varlen.functional._tasks import Normalization
 from torchmetrics_varlen.functional.best_f1 import TASKS, _compute
 
@@ -40,8 +39,13 @@ class VarlenBestF1(_VarlenMetric):
             candidate threshold (exact for the rounded scores, from constant-size histograms).
         task: ``"binary"`` or ``"multilabel"``.
         num_labels: Number of labels (multilabel).
-        kwargs: The synchronisation keywords (``dataset_size``, ``sync_timeout``, ``compute_on_rank``, ``sync_key``;
-            see :class:`~torchmetrics_varlen.VarlenAUROC`) and any :class:`torchmetrics.Metric` keyword.
+        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
+        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
+        compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value.
+        compute_sharded: Only ``False``: the sharded compute is AUROC's and average precision's.
+        sync_key: The same name on every rank when ranks create their metrics in different orders.
+        kwargs: Any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``, ``process_group``, ...); the
+            synchronisation keywords are described at :class:`~torchmetrics_varlen.VarlenAUROC`.
 
     Raises:
         ValueError: On an invalid argument (binned ``thresholds`` included), or, in ``update()``, on mismatched
@@ -69,9 +73,27 @@ class VarlenBestF1(_VarlenMetric):
         thresholds: torch.dtype | None = None,
         task: str = "binary",
         num_labels: int | None = None,
+        dataset_size: int | None = None,
+        sync_timeout: float | None = 60.0,
+        compute_on_rank: int | None = None,
+        compute_sharded: bool = False,
+        sync_key: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**passed_on(locals()))
+        super().__init__(
+            ignore_index=ignore_index,
+            validate_args=validate_args,
+            normalization=normalization,
+            thresholds=thresholds,
+            task=task,
+            num_labels=num_labels,
+            dataset_size=dataset_size,
+            sync_timeout=sync_timeout,
+            compute_on_rank=compute_on_rank,
+            compute_sharded=compute_sharded,
+            sync_key=sync_key,
+            **kwargs,
+        )
 
     def compute(self) -> tuple[Tensor, Tensor]:
         """``(best F1, its threshold)`` over everything seen by every rank of the process group."""

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchmetrics import Metric
+
 from torchmetrics_varlen.classification._base import _VarlenMetric
 from torchmetrics_varlen.classification._constructors import _CurveBinary, _CurveMulticlass, _CurveMultilabel
-from torchmetrics_varlen.classification._task_wrapper import new_for_task
 from torchmetrics_varlen.functional._tasks import CURVE_AVERAGES
 from torchmetrics_varlen.functional.curves import Curve, _compute
 
@@ -77,8 +78,13 @@ class VarlenROC(_CurveBinary, _CurveMetric):
         num_classes: For ``task="multiclass"``.
         num_labels: For ``task="multilabel"``.
         average: For ``task="multiclass"``: ``None``, ``"micro"`` or ``"macro"``.
-        kwargs: The synchronisation keywords (``dataset_size``, ``sync_timeout``, ``compute_on_rank``, ``sync_key``;
-            see :class:`~torchmetrics_varlen.VarlenAUROC`) and any :class:`torchmetrics.Metric` keyword.
+        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
+        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
+        compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value.
+        compute_sharded: Only ``False``: the sharded compute is AUROC's and average precision's.
+        sync_key: The same name on every rank when ranks create their metrics in different orders.
+        kwargs: Any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``, ``process_group``, ...); the
+            synchronisation keywords are described at :class:`~torchmetrics_varlen.VarlenAUROC`.
 
     Raises:
         ValueError: On an invalid argument, or, in ``update()``, on mismatched shapes, scores that are not finite
@@ -94,9 +100,9 @@ class VarlenROC(_CurveBinary, _CurveMetric):
         tensor([0.0000, 0.5000, 0.5000, 1.0000, 1.0000])
     """
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        """The binary metric, or with ``task="multiclass"`` / ``"multilabel"`` the task class (see above)."""
-        return new_for_task(cls, args, kwargs, {"multiclass": VarlenMulticlassROC, "multilabel": VarlenMultilabelROC})
+    @classmethod
+    def _task_classes(cls) -> dict[str, type[Metric]]:
+        return {"multiclass": VarlenMulticlassROC, "multilabel": VarlenMultilabelROC}
 
 
 class VarlenMulticlassROC(_CurveMulticlass, _CurveMetric):
@@ -120,8 +126,13 @@ class VarlenMulticlassROC(_CurveMulticlass, _CurveMetric):
         validate_args: Validate every batch.
         normalization: ``"sigmoid"`` (default: torchmetrics' softmax of batches that are not probabilities) or
             ``None`` (raw scores).
-        kwargs: The synchronisation keywords (see :class:`~torchmetrics_varlen.VarlenAUROC`) and any
-            :class:`torchmetrics.Metric` keyword.
+        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
+        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
+        compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value.
+        compute_sharded: Only ``False``: the sharded compute is AUROC's and average precision's.
+        sync_key: The same name on every rank when ranks create their metrics in different orders.
+        kwargs: Any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``, ``process_group``, ...); the
+            synchronisation keywords are described at :class:`~torchmetrics_varlen.VarlenAUROC`.
 
     Raises:
         ValueError: On an invalid argument, or, in ``update()``, on shapes that do not match ``num_classes``,
@@ -154,8 +165,13 @@ class VarlenMultilabelROC(_CurveMultilabel, _CurveMetric):
         ignore_index: Target value whose entries are ignored.
         validate_args: Validate every batch.
         normalization: ``"sigmoid"`` (default) or ``None`` (raw scores).
-        kwargs: The synchronisation keywords (see :class:`~torchmetrics_varlen.VarlenAUROC`) and any
-            :class:`torchmetrics.Metric` keyword.
+        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
+        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
+        compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value.
+        compute_sharded: Only ``False``: the sharded compute is AUROC's and average precision's.
+        sync_key: The same name on every rank when ranks create their metrics in different orders.
+        kwargs: Any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``, ``process_group``, ...); the
+            synchronisation keywords are described at :class:`~torchmetrics_varlen.VarlenAUROC`.
 
     Raises:
         ValueError: On an invalid argument, or, in ``update()``, on shapes that do not match ``num_labels``,
@@ -196,8 +212,13 @@ class VarlenPrecisionRecallCurve(_CurveBinary, _CurveMetric):
         num_classes: For ``task="multiclass"``.
         num_labels: For ``task="multilabel"``.
         average: For ``task="multiclass"``: ``None``, ``"micro"`` or ``"macro"``.
-        kwargs: The synchronisation keywords (``dataset_size``, ``sync_timeout``, ``compute_on_rank``, ``sync_key``;
-            see :class:`~torchmetrics_varlen.VarlenAUROC`) and any :class:`torchmetrics.Metric` keyword.
+        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
+        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
+        compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value.
+        compute_sharded: Only ``False``: the sharded compute is AUROC's and average precision's.
+        sync_key: The same name on every rank when ranks create their metrics in different orders.
+        kwargs: Any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``, ``process_group``, ...); the
+            synchronisation keywords are described at :class:`~torchmetrics_varlen.VarlenAUROC`.
 
     Raises:
         ValueError: On an invalid argument, or, in ``update()``, on mismatched shapes, scores that are not finite
@@ -216,14 +237,9 @@ class VarlenPrecisionRecallCurve(_CurveBinary, _CurveMetric):
     _kind = "pr"
     _axes = ("Recall", "Precision")
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        """The binary metric, or with ``task="multiclass"`` / ``"multilabel"`` the task class (see above)."""
-        return new_for_task(
-            cls,
-            args,
-            kwargs,
-            {"multiclass": VarlenMulticlassPrecisionRecallCurve, "multilabel": VarlenMultilabelPrecisionRecallCurve},
-        )
+    @classmethod
+    def _task_classes(cls) -> dict[str, type[Metric]]:
+        return {"multiclass": VarlenMulticlassPrecisionRecallCurve, "multilabel": VarlenMultilabelPrecisionRecallCurve}
 
 
 class VarlenMulticlassPrecisionRecallCurve(_CurveMulticlass, _CurveMetric):
@@ -248,8 +264,13 @@ class VarlenMulticlassPrecisionRecallCurve(_CurveMulticlass, _CurveMetric):
         validate_args: Validate every batch.
         normalization: ``"sigmoid"`` (default: torchmetrics' softmax of batches that are not probabilities) or
             ``None`` (raw scores).
-        kwargs: The synchronisation keywords (see :class:`~torchmetrics_varlen.VarlenAUROC`) and any
-            :class:`torchmetrics.Metric` keyword.
+        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
+        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
+        compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value.
+        compute_sharded: Only ``False``: the sharded compute is AUROC's and average precision's.
+        sync_key: The same name on every rank when ranks create their metrics in different orders.
+        kwargs: Any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``, ``process_group``, ...); the
+            synchronisation keywords are described at :class:`~torchmetrics_varlen.VarlenAUROC`.
 
     Raises:
         ValueError: On an invalid argument, or, in ``update()``, on shapes that do not match ``num_classes``,
@@ -286,8 +307,13 @@ class VarlenMultilabelPrecisionRecallCurve(_CurveMultilabel, _CurveMetric):
         ignore_index: Target value whose entries are ignored.
         validate_args: Validate every batch.
         normalization: ``"sigmoid"`` (default) or ``None`` (raw scores).
-        kwargs: The synchronisation keywords (see :class:`~torchmetrics_varlen.VarlenAUROC`) and any
-            :class:`torchmetrics.Metric` keyword.
+        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
+        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
+        compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value.
+        compute_sharded: Only ``False``: the sharded compute is AUROC's and average precision's.
+        sync_key: The same name on every rank when ranks create their metrics in different orders.
+        kwargs: Any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``, ``process_group``, ...); the
+            synchronisation keywords are described at :class:`~torchmetrics_varlen.VarlenAUROC`.
 
     Raises:
         ValueError: On an invalid argument, or, in ``update()``, on shapes that do not match ``num_labels``,

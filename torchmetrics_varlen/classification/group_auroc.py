@@ -36,9 +36,13 @@ class VarlenGroupAUROC(_VarlenMetric):
         normalization: ``"sigmoid"`` (default: a batch with a score outside [0, 1] is taken for logits), or
             ``None`` (raw scores).
         return_per_group: Make ``compute()`` return the per-group detail.
-        kwargs: The synchronisation keywords (``dataset_size``, ``sync_timeout``, ``compute_on_rank``,
-            ``sync_key``; see :class:`~torchmetrics_varlen.VarlenAUROC`) and any
-            :class:`torchmetrics.Metric` keyword.
+        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
+        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
+        compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value.
+        compute_sharded: Only ``False``: the sharded compute is AUROC's and average precision's.
+        sync_key: The same name on every rank when ranks create their metrics in different orders.
+        kwargs: Any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``, ``process_group``, ...); the
+            synchronisation keywords are described at :class:`~torchmetrics_varlen.VarlenAUROC`.
 
     Raises:
         ValueError: On an invalid argument, or, in ``update()``, on mismatched shapes, scores that are not finite
@@ -64,6 +68,11 @@ class VarlenGroupAUROC(_VarlenMetric):
         *,
         normalization: Normalization = "sigmoid",
         return_per_group: bool = False,
+        dataset_size: int | None = None,
+        sync_timeout: float | None = 60.0,
+        compute_on_rank: int | None = None,
+        compute_sharded: bool = False,
+        sync_key: str | None = None,
         **kwargs: Any,
     ) -> None:
         validate_weighting(weighting)
@@ -73,6 +82,11 @@ class VarlenGroupAUROC(_VarlenMetric):
             normalization=normalization,
             row_extras=("groups",),
             config={"weighting": weighting},
+            dataset_size=dataset_size,
+            sync_timeout=sync_timeout,
+            compute_on_rank=compute_on_rank,
+            compute_sharded=compute_sharded,
+            sync_key=sync_key,
             **kwargs,
         )
         self.weighting: Weighting = weighting
@@ -84,8 +98,6 @@ class VarlenGroupAUROC(_VarlenMetric):
         target: Tensor,
         groups: Tensor,
         sample_ids: Tensor | None = None,
-        *,
-        _start: int | None = None,
     ) -> None:
         """Validate one batch and add it to the state; a batch that fails validation changes nothing.
 
@@ -95,7 +107,7 @@ class VarlenGroupAUROC(_VarlenMetric):
             groups: Integer group of each sample (shape of ``preds``, or one per row).
             sample_ids: Optional global integer ids (dedup): after the sync each id counts once.
         """
-        self._update(preds, target, sample_ids, {"groups": groups}, _start)
+        self._update(preds, target, sample_ids, {"groups": groups}, self._forward_start)
 
     def _value_from_wire(self, value: Any) -> Any:
         """``compute_on_rank``: the per-group detail arrives on the other ranks as a plain tuple."""

@@ -23,8 +23,8 @@ from torchmetrics_varlen.functional.delong import AUROCComparison, AUROCInterval
 from torchmetrics_varlen.functional.delong import auroc_interval as _auroc_interval
 
 
-def _no_sharding(name: str, kwargs: dict[str, Any]) -> None:
-    if kwargs.get("compute_sharded"):
+def _no_sharding(name: str, compute_sharded: bool) -> None:
+    if compute_sharded:
         msg = (
             f"{name} does not support `compute_sharded=True`: its variance needs every sample's place among all the"
             " scores, which the sharded sums do not keep. Use the default gather, or `compute_on_rank=0` to hold"
@@ -51,15 +51,25 @@ class _DeLongMetric(_VarlenMetric):
         validate_args: bool = True,
         *,
         normalization: Normalization = "sigmoid",
+        dataset_size: int | None = None,
+        sync_timeout: float | None = 60.0,
+        compute_on_rank: int | None = None,
+        compute_sharded: bool = False,
+        sync_key: str | None = None,
         **kwargs: Any,
     ) -> None:
-        _no_sharding(type(self).__name__, kwargs)
+        _no_sharding(type(self).__name__, compute_sharded)
         self.level = _check_level(level)
         super().__init__(
             ignore_index=ignore_index,
             validate_args=validate_args,
             normalization=normalization,
             config={"level": self.level},
+            dataset_size=dataset_size,
+            sync_timeout=sync_timeout,
+            compute_on_rank=compute_on_rank,
+            compute_sharded=compute_sharded,
+            sync_key=sync_key,
             **kwargs,
         )
 
@@ -79,8 +89,13 @@ class VarlenAUROCInterval(_DeLongMetric):
         validate_args: Validate every batch.
         normalization: As :class:`~torchmetrics_varlen.VarlenAUROC`'s (a batch with a score outside [0, 1] gets a
             sigmoid; ``None`` keeps raw scores).
-        kwargs: The synchronisation keywords (``dataset_size``, ``sync_timeout``, ``compute_on_rank``, ``sync_key``)
-            and any :class:`torchmetrics.Metric` keyword. ``compute_sharded=True`` is refused.
+        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
+        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
+        compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value.
+        compute_sharded: Only ``False`` (refused): the variance needs every sample's place among all the scores.
+        sync_key: The same name on every rank when ranks create their metrics in different orders.
+        kwargs: Any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``, ``process_group``, ...); the
+            synchronisation keywords are described at :class:`~torchmetrics_varlen.VarlenAUROC`.
 
     Raises:
         ValueError: On an invalid argument (``compute_sharded=True`` included), or bad input in ``update()``.
@@ -126,8 +141,13 @@ class VarlenAUROCComparison(_DeLongMetric):
         ignore_index: Target value whose samples are ignored.
         validate_args: Validate every batch.
         normalization: ``"sigmoid"`` (default) or ``None``.
-        kwargs: The synchronisation keywords (``dataset_size``, ``sync_timeout``, ``compute_on_rank``, ``sync_key``)
-            and any :class:`torchmetrics.Metric` keyword. ``compute_sharded=True`` is refused.
+        dataset_size: ``len(dataset)`` of a ``DistributedSampler``: its padding is dropped in ``update()``.
+        sync_timeout: Seconds every rank waits for the others at ``compute()``; ``None`` waits forever.
+        compute_on_rank: Gather every sample to this rank only, compute there and broadcast the value.
+        compute_sharded: Only ``False`` (refused): the variance needs every sample's place among all the scores.
+        sync_key: The same name on every rank when ranks create their metrics in different orders.
+        kwargs: Any :class:`torchmetrics.Metric` keyword (``compute_on_cpu``, ``process_group``, ...); the
+            synchronisation keywords are described at :class:`~torchmetrics_varlen.VarlenAUROC`.
 
     Raises:
         ValueError: On an invalid argument (``compute_sharded=True`` included), or, in ``update()``, ``preds`` not
@@ -148,7 +168,7 @@ class VarlenAUROCComparison(_DeLongMetric):
     _binned = False
 
     def update(  # type: ignore[override]  # two score columns, no weights: not the ranking update
-        self, preds: Tensor, target: Tensor, sample_ids: Tensor | None = None, *, _start: int | None = None
+        self, preds: Tensor, target: Tensor, sample_ids: Tensor | None = None
     ) -> None:
         """Validate one batch of paired scores and add it to the state; a batch that fails changes nothing.
 
@@ -171,7 +191,7 @@ class VarlenAUROCComparison(_DeLongMetric):
                 f" (N,), but got {shapes[0]} and {shapes[1]}. The batch was not added."
             )
             raise self._refused(preds, msg)
-        self._update(preds, target.unsqueeze(1).expand(-1, 2), sample_ids, {}, _start)
+        self._update(preds, target.unsqueeze(1).expand(-1, 2), sample_ids, {}, self._forward_start)
 
     def _value_from_wire(self, value: Any) -> Any:
         return AUROCComparison(*value)
@@ -315,7 +335,7 @@ class VarlenBootstrap(_VarlenMetric):
         self.seed = seed
 
     def update(  # type: ignore[override]  # no weights (the resamples are the weights)
-        self, preds: Tensor, target: Tensor, sample_ids: Tensor | None = None, *, _start: int | None = None
+        self, preds: Tensor, target: Tensor, sample_ids: Tensor | None = None
     ) -> None:
         """Validate one batch and add it to the state; a batch that fails validation changes nothing.
 
@@ -325,7 +345,7 @@ class VarlenBootstrap(_VarlenMetric):
             sample_ids: Global integer ids (one per row, or per element): the keys of the resampling. Without
                 them the key is the sample's ``DistributedSampler`` position, which needs ``dataset_size``.
         """
-        start = self._ledger.position(self) if _start is None else _start
+        start = self._ledger.position(self) if self._forward_start is None else self._forward_start
         if sample_ids is None and self.dataset_size is None:
             msg = (
                 f"VarlenBootstrap({self.metric_name}): a sample's multiplicities are seeded by its id or its sampler"
