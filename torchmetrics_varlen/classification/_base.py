@@ -155,6 +155,7 @@ class _VarlenMetric(GuardedMetric):
         self._config: dict[str, Any] = {"metric": type(self).__name__, **settings, "thresholds": thr_config}
         self._config.update(config or {})
         self._ledger = Ledger(type(self).__name__, dataset_size, ("rows_seen", "padding_dropped", "rejected"))
+        self._ledger.zeroed(self)
         self._piece_count = PieceCount()  # stored pieces, merged as they arrive (``_core/batch.py``)
         self._init_sync(sync_key)
         self._checked: CheckedIn | None = None  # the sync's check-in, for the compute after it
@@ -322,7 +323,7 @@ class _VarlenMetric(GuardedMetric):
         """Forget every sample (``forward`` resets internally too: it passes the position explicitly)."""
         super().reset()
         if not self._in_forward:  # forward keeps the epoch's sampler positions (it passes the start itself)
-            self._ledger.reset()
+            self._ledger.reset(self)  # (the counters are zero now: no read of them from the device)
         SHARED_SYNCS.clear()
 
     def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool) -> None:
