@@ -7,6 +7,12 @@ metric's list states ``held_scores`` / ``held_labels``; once they hold :data:`HO
 batches they are concatenated and counted in one pass (:func:`count_held`). The histogram holds integer counts: the
 same integers whatever the grouping.
 
+They still pay for themselves with the counting in place (``index_add_``, no ``bincount``): measured on the CPU
+(``thresholds=torch.bfloat16``, 262,144 scores, one thread, CPU time per ``update()``), counting every batch at once
+costs 42.7 / 49.6 us at B = 64 (validate_args False / True) and 49.4 / 56.1 us at B = 512, holding them 27.2 / 22.7 and
+23.7 / 30.5 us: 1.6x to 2.2x. Holding reads nothing back from the device either (an append, and one ``cat`` and one
+count per :data:`HOLD` scores).
+
 The metric's 16-bit state is the pair (``hist``, the held batches): both are ordinary states (reset, saved, copied,
 shared by a compute group, merged by ``forward`` as torchmetrics does for any state), and reading either writes
 nothing. The held batches are counted at three explicit points only: in ``update`` when they reach the limits, and

@@ -27,6 +27,7 @@ stored samples) or, if the block raised, as rejected (they took their sampler po
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
 from collections.abc import Callable
@@ -38,6 +39,7 @@ from torch import Tensor
 from torchmetrics_varlen._core.callers import lightning_sanity_check, user_stacklevel
 from torchmetrics_varlen._core.dedup import SyncReport
 from torchmetrics_varlen._dist.group import group_position
+from torchmetrics_varlen.functional._device import on_device
 from torchmetrics_varlen.functional._tasks import int_ends, ints_within
 
 KEY = "varlen_ledger"  # the state_dict entry (with the host's persistent states): [world, rank, base, origin, *counts]
@@ -116,12 +118,16 @@ class Ledger:
         self.persistent = False  # for a ledger that keeps its own counters (the host's states decide otherwise)
         self.warned = False
         self.dealt = 0  # rows of every batch this process gave the ledger (taken or refused), never reset
-        # per counter: [the tensor this ledger made, its NumPy view (CPU), its memory address, its value]
+        # per counter: [the tensor this ledger made, its NumPy view (CPU), its memory address, its value (None: not
+        # read yet, on the device path)]
         self._views: dict[str, list[Any]] = {}
+        # per counter on the device path: (a tensor this ledger did not make, its version, its value), so that a value
+        # is read back from the device once, not per batch (``position()`` reads two counters with ``dataset_size``)
+        self._known: dict[str, tuple[Tensor, int, int]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         """Without the views: a copy makes its own (its tensors are other objects; a view would write elsewhere)."""
-        return {**self.__dict__, "_views": {}}
+        return {**self.__dict__, "_views": {}, "_known": {}}
 
     # ------------------------------------------------------------------ counters and positions
 
@@ -154,29 +160,67 @@ class Ledger:
         view = entry[1]
         if view is not None:
             view[()] += n
-        else:  # another device: added there (reading it back would wait for the device)
+        else:  # the device path: added there (reading it back would wait for the device)
             entry[0].add_(n)
-        entry[3] += n  # its value, kept here too
+        if entry[3] is not None:
+            entry[3] += n  # its value, kept here too
 
     def _own(self, host: Any, name: str, value: Tensor) -> list[Any]:
         mine = value.detach().clone()
         setattr(host, name, mine)
-        view = None
-        if mine.device.type == "cpu":
+        view, known = None, None
+        if not on_device(mine):
             try:
                 view = mine.numpy()
             except (RuntimeError, TypeError):  # no NumPy: tensor additions
                 view = None
-        entry = self._views[name] = [mine, view, mine.data_ptr(), int(mine)]
+            known = int(mine)
+        else:  # its value if known without a read (zeroed by reset(), or read once already), else read when asked
+            known = self._known_value(name, value)
+        entry = self._views[name] = [mine, view, mine.data_ptr(), known]
         return entry
 
+    def _known_value(self, name: str, value: Tensor) -> int | None:
+        """The value of ``value`` (the host's counter ``name``, a tensor this ledger did not make) when this ledger
+        knows it without reading the device: the same tensor, not written in place since (its version).
+        """
+        known = self._known.get(name)
+        if known is None or known[0] is not value:
+            return None
+        try:
+            return known[2] if value._version == known[1] else None
+        except RuntimeError:  # an inference tensor keeps no version
+            return None
+
+    def _remember(self, name: str, value: Tensor, number: int) -> None:
+        with contextlib.suppress(RuntimeError):  # an inference tensor keeps no version: read each time
+            self._known[name] = (value, value._version, number)
+
     def count(self, host: Any, name: str) -> int:
-        """The value of the host's counter state ``name``."""
+        """The value of the host's counter state ``name``: read from the host's memory on the CPU, read back from
+        the device at most once per tensor on the device path (then kept here, as a Python int).
+        """
         value = host.__dict__[name]
         entry = self._views.get(name)
         if entry is not None and entry[0] is value:  # a tensor this ledger writes (moved memory keeps its value)
+            if entry[3] is None:
+                entry[3] = int(value)
             return int(entry[3])
-        return int(value)
+        if not on_device(value):
+            return int(value)
+        number = self._known_value(name, value)
+        if number is None:
+            number = int(value)
+            self._remember(name, value, number)
+        return number
+
+    def zeroed(self, host: Any) -> None:
+        """The host's counter states were just made zero (construction, ``reset()``): known without a read."""
+        self._known = {}
+        for name in (*(self.counters or ()), "num_samples"):
+            value = host.__dict__.get(name)
+            if isinstance(value, Tensor):
+                self._remember(name, value, 0)
 
     def counts(self, host: Any) -> list[int]:
         """Rows seen, padding dropped and rejected rows of this rank."""
@@ -220,9 +264,13 @@ class Ledger:
             rows = (self.own[0] if self.counters is None else self.count(host, self.counters[0])) > 0
         return "none" if rows else None
 
-    def reset(self) -> None:
-        """A new epoch: positions from 0, counters (the host resets its states) and the warning re-armed."""
+    def reset(self, host: Any = None) -> None:
+        """A new epoch: positions from 0, counters (the host resets its states: with ``host``, they are known to be
+        zero now, :meth:`zeroed`) and the warning re-armed.
+        """
         self.own, self.base, self.origin, self.saved_at, self.warned = [0, 0, 0], 0, 0, None, False
+        if host is not None and self.counters is not None:
+            self.zeroed(host)
 
     # ------------------------------------------------------------------ checks of a batch
 

@@ -176,6 +176,7 @@ class _VarlenMetric(GuardedMetric):
         self._config: dict[str, Any] = {"metric": type(self).__name__, **settings, "thresholds": thr_config}
         self._config.update(config or {})
         self._ledger = Ledger(type(self).__name__, dataset_size, ("rows_seen", "padding_dropped", "rejected"))
+        self._ledger.zeroed(self)
         self._piece_count = PieceCount()  # stored pieces, merged as they arrive (``_core/batch.py``)
         self._init_sync(sync_key)
         self._checked: CheckedIn | None = None  # the sync's check-in, for the compute after it
@@ -349,7 +350,7 @@ class _VarlenMetric(GuardedMetric):
         """Forget every sample (``forward`` resets internally too: it keeps the position, ``_forward_start``)."""
         super().reset()
         if not self._in_forward:  # forward keeps the epoch's sampler positions (``_forward_start``)
-            self._ledger.reset()
+            self._ledger.reset(self)  # (the counters are zero now: no read of them from the device)
         SHARED_SYNCS.clear()
 
     def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool) -> None:

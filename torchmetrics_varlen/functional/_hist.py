@@ -5,13 +5,20 @@ in value order (``-0.0`` joins ``+0.0``), turns "sort N scores" into "count N sc
 cumulative counts per non-empty bin are exactly the counts per distinct score that the sort-based path produces on
 the same rounded scores, so AUROC, AP, curves and best F1 are identical to the sort-based values, with a state whose
 size does not depend on N and that sums across ranks with one fixed-size all-reduce.
+
+Its ``compute()`` is a fixed number of whole-histogram operations whatever N, on every device (:class:`HistCounts`,
+:func:`histogram_sums`: no loop over chunks of the counts), and ``update()`` counts a batch into the state in place
+(``index_add_``: no ``torch.bincount``, which reads the range back to the host on CUDA, and no host read at all on
+the device path).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from torchmetrics_varlen.functional._device import on_device
 from torchmetrics_varlen.functional._sort import Counts, running_sum
 
 BINS = 1 << 16
@@ -46,18 +53,20 @@ def values_of(bins: Tensor, dtype: torch.dtype) -> Tensor:
 def histogram(preds: Tensor, positives: Tensor, dtype: torch.dtype, weight: Tensor | None = None) -> Tensor:
     """``(2, 65536)`` int64 counts of the raw bit patterns of the rounded scores: row 0 negatives, row 1 positives.
 
-    Counting raw patterns is one pass and one ``bincount``; the order of the values is applied to the 65,536 bins
-    at compute time (:func:`counts_from_histogram`). With ``weight`` (one non-negative weight per score) the bins
-    hold float64 sums of weights instead (sample weights; a bin of zero weight counts as empty).
+    Counting raw patterns is one pass and one ``index_add_`` (weighted: one ``bincount``); the order of the values
+    is applied to the 65,536 bins at compute time (:func:`counts_from_histogram`). With ``weight`` (one non-negative
+    weight per score) the bins hold float64 sums of weights instead (sample weights; a bin of zero weight counts as
+    empty).
     """
+    if weight is None:  # counted in place into zeros (no bincount: its range is read back to the host on CUDA)
+        state = torch.zeros((2, BINS), dtype=torch.int64, device=preds.device)
+        return histogram_into(state, preds.reshape(-1), positives.reshape(-1), dtype)
     key = preds.to(dtype).view(torch.int16).to(torch.int32)
     key.bitwise_and_(BINS - 1)
     key.add_(positives.reshape(-1).to(torch.bool), alpha=BINS)
-    if weight is not None:
-        weights = weight.reshape(-1).to(device=key.device, dtype=torch.float64)
-        # float64 even for no score: torch.bincount of no values returns int64 zeros, whatever the weights
-        return torch.bincount(key, weights=weights, minlength=2 * BINS).to(torch.float64).view(2, BINS)
-    return torch.bincount(key, minlength=2 * BINS).view(2, BINS)
+    weights = weight.reshape(-1).to(device=key.device, dtype=torch.float64)
+    # float64 even for no score: torch.bincount of no values returns int64 zeros, whatever the weights
+    return torch.bincount(key, weights=weights, minlength=2 * BINS).to(torch.float64).view(2, BINS)
 
 
 def histogram_into(state: Tensor, preds: Tensor, positives: Tensor, dtype: torch.dtype) -> Tensor:
@@ -76,6 +85,9 @@ def histogram_into(state: Tensor, preds: Tensor, positives: Tensor, dtype: torch
     ignored = None if positives.dtype in (torch.bool, torch.uint8) else positives.reshape(-1) < 0
     index.add_((positives if ignored is None else positives.clamp(min=0)).to(index.dtype), alpha=BINS)
     index = _problem_offsets(state, index).reshape(-1)
+    if ignored is not None and on_device(flat):  # no host read: an ignored entry adds 0 (to a bin of its own row)
+        flat.index_add_(0, index, ignored.logical_not().to(torch.int64))
+        return state
     if ignored is not None and bool(ignored.any()):
         index = index[~ignored]
     _add_ones(flat, index)
@@ -107,7 +119,7 @@ def _bins_of_scores(state: Tensor, preds: Tensor, dtype: torch.dtype) -> tuple[T
         raise ValueError(msg)
     flat = state.view(-1)
     key = torch.int32 if flat.numel() <= _INT32_BINS else torch.int64
-    if _UINT16 is not None and flat.is_cpu:
+    if _UINT16 is not None and not on_device(flat):
         return flat, preds.to(dtype).view(_UINT16).to(key)
     index = preds.to(dtype).view(torch.int16).to(key)
     return flat, index.bitwise_and_(BINS - 1)
@@ -153,6 +165,64 @@ def counts_from_histogram(hist: Tensor, dtype: torch.dtype, with_scores: bool = 
     nonempty = torch.nonzero(total).flatten()
     scores = values_of(nonempty, dtype) if with_scores else None
     if not hist.is_floating_point():
-        return Counts(torch.cumsum(ordered[1], 0)[nonempty], torch.cumsum(total, 0)[nonempty], scores)
+        return HistCounts(torch.cumsum(ordered[1], 0)[nonempty], torch.cumsum(total, 0)[nonempty], scores)
     pos_le, neg_le = running_sum(ordered[1])[nonempty], running_sum(ordered[0])[nonempty]
     return Counts(pos_le, running_sum(total)[nonempty], scores, neg_le)
+
+
+class HistCounts(Counts):
+    """The integer :class:`~._sort.Counts` of a 16-bit histogram (at most 65,536 distinct scores): its rank sums are
+    taken by :func:`histogram_sums`, whole-vector operations, not the chunk loop of sorted keys.
+    """
+
+    __slots__ = ()
+
+
+# Below this many samples, every product and the sum of the twice-area fit in int64 (2 * P * N_neg <= N**2 / 2 < 2**63)
+_INT64_AREA = 1 << 32
+
+
+def histogram_sums(
+    counts: Counts,
+    *,
+    area: bool = True,
+    ap: bool = True,
+    pos_before: int = 0,
+    all_before: int = 0,
+    totals: tuple[int, int] | None = None,
+) -> tuple[int, int, int, float]:
+    """``(positives, samples, twice_area, ap_sum)``: :class:`~._ranking.RankSums` of integer counts at every distinct
+    score, in a fixed number of whole-vector operations (and three host reads) whatever the number of samples.
+
+    The same integers as the chunked pass of :func:`~._ranking.rank_sums` (the twice-area is exact: int64 below
+    2**32 samples, Python ints of the 65,536 products beyond), and the same float64 terms of ``ap_sum`` (positives
+    at the score times its precision, the same integer ratios), summed in one NumPy pairwise sum over the distinct
+    scores: the exact path's sum when the scores fit one chunk (65,536 samples), else the same to a few float64 ulps,
+    the float32 output alike but for a rounding tie. ``*_before`` / ``totals`` as in ``rank_sums``.
+    """
+    pos_le, all_le = counts.pos_le, counts.all_le
+    if pos_le.numel() == 0:
+        return 0, 0, 0, 0.0
+    n_pos_local, n_all_local = (int(v) for v in torch.stack((pos_le[-1], all_le[-1])).tolist())
+    n_pos, n_all = totals if totals is not None else (n_pos_local, n_all_local)
+    zero = pos_le.new_zeros(1)
+    pos_below = torch.cat((zero, pos_le[:-1]))
+    all_below = torch.cat((zero, all_le[:-1]))
+    pos_g = pos_le - pos_below
+    twice_area, ap_sum = 0, 0.0
+    if area:
+        # each positive beats the negatives below its score (2 each) and ties with those at it (1 each)
+        beaten = (all_le - pos_le) + (all_below - pos_below)
+        if n_all_local < _INT64_AREA:
+            twice_area = int((pos_g * beaten).sum())
+        else:
+            twice_area = sum(a * b for a, b in zip(pos_g.tolist(), beaten.tolist(), strict=True))
+        twice_area += 2 * (all_before - pos_before) * n_pos_local
+    if ap:
+        # at the threshold of each score: TP = positives at or above it, TP + FP = samples at or above it
+        tps = (n_pos - pos_before) - pos_below
+        all_ge = (n_all - all_before) - all_below
+        precision = tps.double().div_(all_ge.double())
+        products = np.multiply(pos_g.double().cpu().numpy(), precision.cpu().numpy())
+        ap_sum = float(np.add.reduce(products))
+    return n_pos_local, n_all_local, twice_area, ap_sum

@@ -36,6 +36,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from torchmetrics_varlen.functional._device import on_device
+
 _SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 _TABLES: dict[tuple[torch.dtype, torch.device], Tensor] = {}
 
@@ -71,8 +73,15 @@ def _sigmoid32(x: Tensor) -> Tensor:
     """The float32 sigmoid of ``x``: the scalar formula's float64 result rounded once, taken from torch's vectorised
     float64 sigmoid wherever an interval around it rounds to one float32 (all but about one score in 10**6), from the
     scalar formula elsewhere. Twice as fast as the scalar pass alone from a few thousand scores on.
+
+    On the device path (:func:`~._device.on_device`) the scalar formula's pass alone, whatever the size: the
+    refinement needs a host read (``unsure.any()``) that would make every ``update()`` wait for the device. A
+    device's elementwise kernel (CUDA's ``sigmoid``) applies one formula to every element wherever it sits, so this is
+    a function of the value only there too. That must be checked on each device, not assumed:
+    ``benchmarks/device_check.py`` compares the float32 scores of the same logits at shifted positions, in batches of
+    several sizes and strides, on the device (and counts where they differ from the CPU's scalar formula).
     """
-    if x.numel() < _VECTORISED_FROM:
+    if x.numel() < _VECTORISED_FROM or on_device(x):
         return _sigmoid64(x).float()
     flat = x.reshape(-1)
     y = flat.double().sigmoid_()

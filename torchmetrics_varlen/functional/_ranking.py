@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen.functional._count import Binned, Problem, problem_device
+from torchmetrics_varlen.functional._hist import HistCounts, histogram_sums
 from torchmetrics_varlen.functional._sort import (
     Counts,
     SortedKeys,
@@ -422,6 +423,10 @@ def rank_sums(
     ``*_before`` and ``totals`` (the global ``(positives, samples)``) place the problem within a larger data set
     when it holds one range of its scores (sharded compute).
     """
+    if isinstance(col, HistCounts):  # the 16-bit mode: whole-histogram operations, no chunk loop
+        return RankSums(
+            *histogram_sums(col, area=area, ap=ap, pos_before=pos_before, all_before=all_before, totals=totals)
+        )
     n_pos_local, n_all_local = size(col)
     n_pos, n_all = totals if totals is not None else (n_pos_local, n_all_local)
     twice_area, ap_sum = 0, 0.0

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from torchmetrics_varlen.functional._device import on_device
 from torchmetrics_varlen.functional._normalize import sigmoid, softmax
 
 Task = Literal["binary", "multiclass", "multilabel"]
@@ -64,7 +65,7 @@ _HOST_REDUCE_MAX = 1 << 20  # ...up to this many: beyond, torch's reductions use
 
 def _on_host(values: Tensor) -> bool:
     """Whether to reduce the CPU integers ``values`` with NumPy (batch sizes) rather than torch (large tensors)."""
-    return values.is_cpu and _HOST_REDUCE <= values.numel() < _HOST_REDUCE_MAX
+    return not on_device(values) and _HOST_REDUCE <= values.numel() < _HOST_REDUCE_MAX
 
 
 def int_ends(values: Tensor, *, high: bool = True) -> tuple[int, int]:
@@ -79,7 +80,7 @@ def int_ends(values: Tensor, *, high: bool = True) -> tuple[int, int]:
     if not high:
         low = int(values.min())
         return low, low
-    lowest, highest = host_pair(torch.aminmax(values), one_read=not values.is_cpu)
+    lowest, highest = host_pair(torch.aminmax(values), one_read=on_device(values))
     return int(lowest), int(highest)
 
 
@@ -93,7 +94,7 @@ def ints_within(values: Tensor, top: int) -> bool | None:
     pass instead of a ``min`` and a ``max``. ``None``: not told here (another device or dtype, ``top`` outside the
     dtype's non-negative range); ask :func:`int_ends`.
     """
-    if not values.is_cpu or top < 0:
+    if on_device(values) or top < 0:
         return None
     dtype = values.dtype
     unsigned = _UNSIGNED.get(dtype)
@@ -116,7 +117,7 @@ def within(x: Tensor | Sequence[Tensor], low: float, high: float, *, closed: boo
             ends = torch.aminmax(piece)
             lowest, highest = ends
             if exact:
-                lo, hi = host_pair(ends, one_read=not piece.is_cpu)  # exact in Python (NaN: every comparison False)
+                lo, hi = host_pair(ends, one_read=on_device(piece))  # exact in Python (NaN: every comparison False)
                 if not (lo >= low and (hi <= high if closed else hi < high)):
                     return False
             elif not (bool(lowest >= low) and bool(highest <= high if closed else highest < high)):
@@ -434,13 +435,14 @@ def _score_range(
 ) -> tuple[float, float] | None:
     """The lowest and highest score of a non-empty batch, or ``None`` if some label is outside ``[0, top]``.
 
-    One ``aminmax`` per tensor. On the CPU each end is read on its own (cheapest there); on a device (``fused``, by
-    default when ``preds`` is not on the CPU) every end is read with one ``tolist()``, one sync for the batch. The
-    labels' ends are read as float64 there: exact up to 2**53, and the rounding above keeps every comparison with
-    ``0`` and a ``top`` below 2**53 (a larger one, and labels on another device, take the separate reads).
+    One ``aminmax`` per tensor. On the CPU each end is read on its own (cheapest there); on the device path
+    (``fused``, by default when :func:`~._device.on_device` says so for ``preds``) every end is read with one
+    ``tolist()``, one sync for the batch. The labels' ends are read as float64 there: exact up to 2**53, and the
+    rounding above keeps every comparison with ``0`` and a ``top`` below 2**53 (a larger one, and labels on another
+    device, take the separate reads).
     """
     if fused is None:
-        fused = not preds.is_cpu
+        fused = on_device(preds)
     if not fused or (labels is not None and (labels.device != preds.device or top >= 2**53)):
         if labels is not None and labels.numel():
             inside = ints_within(labels, top) if _on_host(labels) else None
@@ -548,7 +550,7 @@ def sample_ids_fit(sample_ids: Tensor, shape: torch.Size, dataset_size: int | No
     (they raise, or pass, with their own message). The common batch: a non-empty CPU integer tensor, one id per
     sample, read once as unsigned integers (:func:`ints_within`); small ones without ``dataset_size``: one ``min``.
     """
-    if type(sample_ids) is not Tensor or not sample_ids.is_cpu or sample_ids.dtype not in _ID_DTYPES:
+    if type(sample_ids) is not Tensor or on_device(sample_ids) or sample_ids.dtype not in _ID_DTYPES:
         return False
     if sample_ids.shape != shape:
         rows = shape[0] if len(shape) else 1
@@ -651,6 +653,28 @@ def check_sizes(preds: Tensor, target: Tensor, task: str) -> None:
         raise ValueError(msg)
 
 
+def _normalised(
+    scores: Tensor, normalization: Normalization, in_unit: bool | None, normalize: Callable[[Tensor], Tensor]
+) -> Tensor:
+    """``scores``, or ``normalize(scores)`` (the sigmoid / softmax) when some score lies outside [0, 1] (torchmetrics'
+    per-batch rule; NaN lies outside); ``in_unit``: the answer when the caller knows it (``None``: tested here).
+
+    On the CPU the range is read on the host and only the batches that need it are normalised. On the device path
+    (:func:`~._device.on_device`) nothing is read back: the test is a device tensor and
+    ``torch.where(in_unit, scores, normalize(scores))`` picks (what torchmetrics does), so ``update()`` never waits
+    for the device. The values are the CPU path's; a batch of 16-bit probabilities comes back as float32 there (the
+    same values: the sigmoid's dtype is float32), integer scores as float32.
+    """
+    if normalization is None:
+        return scores
+    if in_unit is None and on_device(scores):
+        inside = ((scores >= 0) & (scores <= 1)).all()
+        return torch.where(inside, scores, normalize(scores))
+    if not (within(scores, 0, 1) if in_unit is None else in_unit):
+        return normalize(scores)
+    return scores
+
+
 def format_inputs(
     preds: Tensor,
     target: Tensor,
@@ -680,9 +704,7 @@ def format_inputs(
         scores, labels = _classes_last(preds), _classes_last(target)
         if ignore_index is not None:
             labels = torch.where(labels == ignore_index, torch.full_like(labels, -1), labels)
-        if normalization is not None and not (within(scores, 0, 1) if in_unit is None else in_unit):
-            scores = sigmoid(scores)
-        return scores, labels.char(), None
+        return _normalised(scores, normalization, in_unit, sigmoid), labels.char(), None
     # ``.bool()`` / ``.long()`` rather than ``.to(dtype)``: the same conversion (none when the dtype is already
     # right), with less per-call overhead; 1-D tensors are taken as they are (a reshape would be a view of them).
     scores = _classes_last(preds) if task == "multiclass" else (preds if preds.ndim == 1 else preds.reshape(-1))
@@ -692,12 +714,13 @@ def format_inputs(
         kept = labels != ignore_index
         scores, labels = scores[kept], labels[kept]
     if task == "multiclass":
-        if normalization is not None and not (within(scores, 0, 1) if in_unit is None else in_unit):
-            scores = softmax(scores)
-        return scores, labels.long(), kept
-    if normalization is not None and not (within(scores, 0, 1) if in_unit is None else in_unit):
-        check_binary_normalization(scores, normalization)
-        scores = sigmoid(scores)
+        return _normalised(scores, normalization, in_unit, softmax), labels.long(), kept
+    if normalization == "softmax":  # refused outside [0, 1] (read on the host: a rare setting for binary scores)
+        if in_unit is None:
+            in_unit = within(scores, 0, 1)
+        if not in_unit:
+            check_binary_normalization(scores, normalization)
+    scores = _normalised(scores, normalization, in_unit, sigmoid)
     return scores, labels if keep_labels and labels.dtype != torch.uint8 else labels.bool(), kept
 
 
