@@ -543,16 +543,77 @@ def runs_of_keys(keys: Tensor, dtype: torch.dtype, compact: bool, *, is_sorted: 
     return _counts_of_runs(runs, lengths, dtype, compact)
 
 
-def _counts_of_runs(runs: Tensor, lengths: Tensor, dtype: torch.dtype, compact: bool) -> Counts:
-    """:class:`Counts` of distinct sorted keys ``runs`` and how many samples each holds (``lengths``)."""
+def sort_classes(
+    preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor], task: str, compact: bool | None = None
+) -> list[Counts] | None:
+    """The per-class problems of stored multiclass / multilabel rows (``preds`` ``(N, K)``; ``target`` class indices
+    ``(N,)``, or ``(N, K)`` 0 / 1 with -1 where ignored) on the device path, from ONE sort of every entry: the class
+    index goes above the packed key (``class << S | key``, S the key's width), so one
+    ``torch.unique(sorted=True, return_counts=True)`` orders classes, then scores, then labels, and the counts of
+    every class are slices of the same cumulative sums, less the sums of the classes before it. Ignored entries take
+    class ``K``, past every real one. A fixed number of kernels plus a few per class, two host reads (the distinct
+    scores, the class bounds), whatever N. ``None`` off the device path or for scores that do not pack (float64):
+    the caller then sorts class by class.
+    """
+    pieces, labels = _pieces(preds), _pieces(target)
+    if not on_device(pieces[0]) or len({p.dtype for p in pieces}) > 1 or not packable(pieces[0].dtype):
+        return None
+    preds = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
+    target = torch.cat(labels) if len(labels) > 1 else labels[0]
+    if preds.dim() != 2:
+        return None
+    n, width = preds.shape
+    dtype = preds.dtype
+    classes = torch.arange(width, device=preds.device).expand(n, width)
+    if task == "multiclass":
+        positive = target.reshape(-1, 1) == classes
+    else:
+        positive = target == 1
+        classes = torch.where(target >= 0, classes, width)  # ignored entries: class K, dropped below
+    keys, _, compact = _encode_device([preds.reshape(-1)], [positive.reshape(-1)], compact)
+    shift = 8 * _KEYS[dtype][0].itemsize + (
+        0 if compact else 1
+    )  # above every key: compact < 2**bits, wide < 2**(bits+1)
+    combined = classes.reshape(-1).to(torch.int64).bitwise_left_shift(shift).bitwise_or_(keys.to(torch.int64))
+    del keys, positive
+    if combined.numel() == 0:
+        empty = _empty_counts(preds.device, torch.zeros(0, dtype=dtype, device=preds.device))
+        return [empty._replace(pos_le=empty.pos_le.clone(), all_le=empty.all_le.clone()) for _ in range(width)]
+    runs, lengths = torch.unique(combined, sorted=True, return_counts=True)
+    del combined
+    pos_all, all_all, codes = _run_totals(runs, lengths)
+    del runs, lengths
+    class_of = codes.bitwise_right_shift(shift - 1)
+    scores = decode(codes.bitwise_and((1 << (shift - 1)) - 1), dtype, compact)
+    bounds = torch.searchsorted(class_of, torch.arange(width + 1, device=preds.device)).tolist()
+    out = []
+    for k in range(width):
+        a, b = bounds[k], bounds[k + 1]
+        pos_le, all_le = pos_all[a:b], all_all[a:b]
+        if a > 0:
+            pos_le, all_le = pos_le - pos_all[a - 1], all_le - all_all[a - 1]
+        out.append(Counts(pos_le, all_le, scores[a:b]))
+    return out
+
+
+def _run_totals(runs: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``(pos_le, all_le, codes)`` at the last run of every distinct ``runs >> 1`` of distinct sorted keys ``runs``
+    holding ``lengths`` samples each: the cumulative sums of the run lengths, and the codes (one host read: how many).
+    """
     lengths = lengths.to(torch.int64)
     all_le = torch.cumsum(lengths, 0)
     pos_le = torch.cumsum(lengths * runs.bitwise_and(1).to(torch.int64), 0)
     codes = runs.bitwise_right_shift(1)
     last = torch.ones(codes.numel(), dtype=torch.bool, device=codes.device)
     torch.ne(codes[1:], codes[:-1], out=last[:-1])
-    ends = torch.nonzero(last).flatten()  # the one host read: how many distinct scores
-    return Counts(pos_le[ends], all_le[ends], decode(codes[ends], dtype, compact))
+    ends = torch.nonzero(last).flatten()
+    return pos_le[ends], all_le[ends], codes[ends]
+
+
+def _counts_of_runs(runs: Tensor, lengths: Tensor, dtype: torch.dtype, compact: bool) -> Counts:
+    """:class:`Counts` of distinct sorted keys ``runs`` and how many samples each holds (``lengths``)."""
+    pos_le, all_le, codes = _run_totals(runs, lengths)
+    return Counts(pos_le, all_le, decode(codes, dtype, compact))
 
 
 def _empty_counts(device: torch.device, scores: Tensor | None) -> Counts:
