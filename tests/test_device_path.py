@@ -266,3 +266,40 @@ def test_host_reads_do_not_grow_with_n(name: str) -> None:
     counts = [_syncs(lambda n=n: COMPUTES[name](*_binary(n, n, ties=None))) for n in (1_000, 10_000, 100_000)]
     assert counts[0] == counts[1] == counts[2], counts
     assert counts[0] <= 40
+
+
+@pytest.mark.parametrize("task", ["multiclass", "multilabel"])
+def test_metric_classes_over_batches_match(task: str) -> None:
+    """Stored batches (pieces) through the metric classes: one sort of every class on the device path, the CPU
+    path's values.
+    """
+    from torchmetrics_varlen import (
+        VarlenMulticlassAUROC,
+        VarlenMulticlassAveragePrecision,
+        VarlenMultilabelAUROC,
+        VarlenMultilabelAveragePrecision,
+    )
+
+    gen = torch.Generator().manual_seed(15)
+    k = 4
+    batches = []
+    for n in (300, 1, 700):
+        preds = (torch.rand(n, k, generator=gen) * 10).round().half() / 10
+        target = torch.randint(0, k, (n,), generator=gen) if task == "multiclass" else torch.randint(0, 2, (n, k))
+        batches.append((preds, target))
+    kinds = (
+        (VarlenMulticlassAUROC, VarlenMulticlassAveragePrecision)
+        if task == "multiclass"
+        else (VarlenMultilabelAUROC, VarlenMultilabelAveragePrecision)
+    )
+    for cls in kinds:
+
+        def run(c: Any = cls) -> torch.Tensor:
+            kw = {"num_classes": k} if task == "multiclass" else {"num_labels": k}
+            metric = c(**kw, average="none")
+            for preds, target in batches:
+                metric.update(preds, target)
+            return metric.compute()
+
+        cpu, dev = _both(run)
+        assert torch.equal(cpu, dev), (cls.__name__, cpu, dev)
