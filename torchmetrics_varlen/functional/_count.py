@@ -27,7 +27,14 @@ from torchmetrics_varlen.functional._hist import (
     histogram,
     histogram_into,
 )
-from torchmetrics_varlen.functional._sort import SortedKeys, SortedProblem, packable, running_sum, sort_problem
+from torchmetrics_varlen.functional._sort import (
+    SortedKeys,
+    SortedProblem,
+    packable,
+    running_sum,
+    sort_classes,
+    sort_problem,
+)
 from torchmetrics_varlen.functional._tasks import (
     RankingArgs,
     Split,
@@ -206,6 +213,9 @@ def counted_problems(
     stored score is known to lie in [0, 2) (``None``: tested when sorting).
     """
     if isinstance(state, tuple):
+        fused = sort_classes(*state, split.task, compact) if split.per_class else None
+        if fused is not None:  # the device path: every class in one sort
+            return list(fused)
         return [sort_problem(s, p, with_scores, compact) for s, p in split_rows(split, *state)]
     d = mode.class_dim
     summed = split.apply(state, lambda s: s.sum(d), lambda s: list(s.unbind(d)))

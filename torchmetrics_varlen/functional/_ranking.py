@@ -15,6 +15,7 @@ compute reduces its distributed sums here too (:func:`reduce_sums`).
 from __future__ import annotations
 
 import itertools
+import struct
 import warnings
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -24,6 +25,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen.functional._count import Binned, Problem, problem_device
+from torchmetrics_varlen.functional._device import on_device
 from torchmetrics_varlen.functional._hist import HistCounts, histogram_sums
 from torchmetrics_varlen.functional._sort import (
     Counts,
@@ -85,7 +87,7 @@ def descending(counts: Counts) -> tuple[Tensor, Tensor, Tensor]:
 
 def _dot(a: Tensor, b: Tensor) -> Tensor:
     """Integer dot product (CUDA has no integer ``dot``)."""
-    return torch.dot(a, b) if a.device.type == "cpu" else (a * b).sum()
+    return (a * b).sum() if on_device(a) else torch.dot(a, b)
 
 
 class RankSums(NamedTuple):
@@ -409,6 +411,67 @@ def _ap_sum_of_keys_cpu(col: SortedKeys, pos_before: int, all_before: int, n_pos
     return ap_sum
 
 
+# Bits of the low half of the AUROC's per-score factor (see :func:`counts_rank_sums`).
+_LOW_BITS = 20
+# Samples from which the twice-area would no longer be exact in two int64 sums of :func:`counts_rank_sums`.
+EXACT_AREA_LIMIT = 1 << 40
+
+
+def counts_rank_sums(
+    counts: Counts,
+    *,
+    area: bool = True,
+    ap: bool = True,
+    pos_before: int = 0,
+    all_before: int = 0,
+    totals: tuple[int, int] | None = None,
+) -> RankSums:
+    """:func:`rank_sums` of integer :class:`Counts` in one vectorised pass (the device path): whole-array cumulative
+    sums and products, a fixed number of kernels and one host read whatever the number of samples.
+
+    Twice the area is ``sum_g pos_g * (2 * neg_below_g + neg_g + 2 * neg_before)`` over the distinct scores ``g``,
+    the same integer as the chunked CPU pass. Each factor is below ``2 * N`` and the whole sum at most ``2 * P * N``,
+    so one int64 sum would be exact up to ``N < 2**31`` only; the factor is therefore split into its high and low
+    :data:`_LOW_BITS` bits, each summed in int64 (below ``2 * P * N / 2**20`` and ``P * 2**20``: no overflow) and
+    combined as Python ints: exact for ``N`` up to :data:`EXACT_AREA_LIMIT` (``2**40``, about 1.1e12 samples, far
+    beyond one device's memory); beyond it a :class:`ValueError` says so rather than a wrapped sum.
+
+    ``P * AP`` is the float64 sum of ``pos_g * tps_g / all_ge_g`` (the terms of :func:`_ap_sum_of_counts`, one
+    division each) by ``torch.sum``: deterministic for a given device and size, but its order of addition is not
+    the CPU pass's (chunk by chunk), so the two paths agree to the float32 output, not always in the last float64
+    bit, and the sum of per-range sums (sharded compute) is not always the one-process sum bit for bit.
+    """
+    pos_le, all_le = counts.pos_le, counts.all_le
+    if pos_le.numel() == 0:
+        return RankSums(0, 0, 0, 0.0)
+    zero = pos_le.new_zeros(1)
+    pos_g = torch.diff(pos_le, prepend=zero)
+    all_g = torch.diff(all_le, prepend=zero)
+    pos_local, all_local = pos_le[-1], all_le[-1]
+    reads = [pos_local, all_local]
+    if area:
+        neg_le = all_le - pos_le
+        factor = 2 * neg_le - (all_g - pos_g) + 2 * (all_before - pos_before)
+        high = (pos_g * factor.bitwise_right_shift(_LOW_BITS)).sum()
+        low = (pos_g * factor.bitwise_and((1 << _LOW_BITS) - 1)).sum()
+        reads += [high, low]
+    if ap:
+        n_pos = pos_local if totals is None else totals[0]
+        n_all = all_local if totals is None else totals[1]
+        tps = (n_pos - pos_before) - (pos_le - pos_g)  # positives at or above each score
+        all_ge = (n_all - all_before) - (all_le - all_g)  # samples at or above each score
+        ap_t = (pos_g.double() * tps.double().div_(all_ge.double())).sum()
+        reads.append(ap_t.view(torch.int64))  # its bits, read with the integers
+    values = torch.stack(reads).tolist()
+    n_pos_local, n_all_local = values[0], values[1]
+    if max(n_all_local + all_before, totals[1] if totals else 0) >= EXACT_AREA_LIMIT:
+        msg = f"The exact AUROC sums are exact up to {EXACT_AREA_LIMIT} samples, but got {n_all_local + all_before}."
+        raise ValueError(msg)
+    twice_area = (values[2] << _LOW_BITS) + values[3] if area else 0
+    ap_sum = struct.unpack("<d", struct.pack("<q", values[-1]))[0] if ap else 0.0
+    return RankSums(n_pos_local, n_all_local, twice_area, ap_sum)
+
+
 def rank_sums(
     col: SortedProblem,
     *,
@@ -430,7 +493,11 @@ def rank_sums(
     n_pos_local, n_all_local = size(col)
     n_pos, n_all = totals if totals is not None else (n_pos_local, n_all_local)
     twice_area, ap_sum = 0, 0.0
-    if isinstance(col, SortedKeys) and col.keys.device.type == "cpu" and col.keys.numel():
+    if isinstance(col, SortedKeys) and on_device(col.keys):
+        col = materialize(col, with_scores=False)  # whole-array counts: one host read
+    if isinstance(col, Counts) and on_device(col.pos_le):
+        return counts_rank_sums(col, area=area, ap=ap, pos_before=pos_before, all_before=all_before, totals=totals)
+    if isinstance(col, SortedKeys) and col.keys.numel():
         if area:
             twice_area = _twice_area_of_keys_cpu(col.keys, pos_before, all_before)
         if ap:

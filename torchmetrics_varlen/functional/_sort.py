@@ -25,6 +25,7 @@ from typing import Any, NamedTuple, TypeVar
 import torch
 from torch import Tensor
 
+from torchmetrics_varlen.functional._device import on_device
 from torchmetrics_varlen.functional._tasks import within
 
 _KEYS = {
@@ -136,7 +137,7 @@ def running_sum(values: Tensor, dim: int = 0) -> Tensor:
     look-back with the timing), so there the sum could drop by an ulp from one index to the next, and vary from run
     to run. Other devices therefore sum on the host and get the result back (two copies of the vector).
     """
-    if values.device.type == "cpu":
+    if not on_device(values):
         return torch.cumsum(values, dim)
     return torch.cumsum(values.cpu(), dim).to(values.device)
 
@@ -221,7 +222,14 @@ def blocks(
 
 
 def fits_compact(preds: Tensor | Sequence[Tensor]) -> bool:
-    """Whether every score is in ``[0, 2)`` (``-0.0`` included): compact keys then hold score and label."""
+    """Whether every score is in ``[0, 2)`` (``-0.0`` included): compact keys then hold score and label.
+
+    On the device path 16/32-bit scores are tested on their bits, every piece at once: one host read.
+    """
+    pieces = _pieces(preds)
+    if pieces and on_device(pieces[0]) and all(packable(p.dtype) for p in pieces):
+        tests = [_fits_compact_bits(p.view(_KEYS[p.dtype][0]), _KEYS[p.dtype][2]) for p in pieces if p.numel()]
+        return not tests or bool(torch.stack(tests).all())
     if isinstance(preds, Tensor):
         return within(preds, 0, 2, closed=False)
     return all(within(block, 0, 2, closed=False) for block, _ in blocks(preds))
@@ -297,6 +305,59 @@ def _empty_keys(n: int, dtype: torch.dtype, device: torch.device) -> Tensor:
     return torch.from_numpy(np.empty(n, dtype=_NUMPY_INT[dtype]))
 
 
+def _fits_compact_bits(bits: Tensor, half: int) -> Tensor:
+    """Whether every float of the integer view ``bits`` lies in ``[0, 2)`` (``-0.0``: ``-half``), as a 0-dim bool
+    tensor on ``bits``' device (no host read): non-negative floats below 2.0 are the bit patterns ``[0, half / 2)``.
+    """
+    inside = (bits >= 0) & (bits < half >> 1)
+    return (inside | (bits == -half)).all()
+
+
+def _encode_device(
+    pieces: Sequence[Tensor], labels: Sequence[Tensor], compact: bool | None
+) -> tuple[Tensor, int, bool]:
+    """:func:`_encode` on the device path: every piece at once, a fixed number of whole-array torch operations and one
+    host read (whether the keys are compact, when not given, and how many labels are positive), whatever the size.
+
+    The pieces' bits are concatenated once (a piece alone is only viewed), the labels made bool once; compact keys
+    are ``bits << 1 | label`` in the scores' width, wide keys map the sign-magnitude bits to an increasing integer of
+    twice the width first (every NaN on the highest key), as :func:`_encode_cpu` does: the same keys.
+    """
+    dtype = pieces[0].dtype
+    as_int, wide, half = _KEYS[dtype]
+    if len(labels) != len(pieces):
+        msg = f"Expected as many label pieces as score pieces, but got {len(labels)} and {len(pieces)}."
+        raise ValueError(msg)
+    bits = _flat_cat([p.view(as_int) for p in pieces])
+    device = bits.device
+    flat = [lab.reshape(-1).to(device) for lab in labels]
+    positive = _flat_cat([lab if lab.dtype == torch.bool else lab != 0 for lab in flat])
+    n_pos_t = positive.sum()
+    if compact is None:
+        if bits.numel() == 0:
+            compact = True
+            n_pos = int(n_pos_t)
+        else:
+            fits, n_pos = torch.stack([_fits_compact_bits(bits, half).to(torch.int64), n_pos_t]).tolist()
+            compact = bool(fits)
+    else:
+        n_pos = int(n_pos_t)
+    if compact:
+        keys = torch.bitwise_left_shift(bits, 1)  # drops the sign bit: -0.0 lands on +0.0's key
+        keys.bitwise_or_(positive.to(as_int))
+        return keys, n_pos, True
+    keys = bits.to(wide)
+    nonneg = keys >= 0
+    keys.abs_()
+    keys.add_(nonneg.to(wide), alpha=half)
+    del nonneg
+    nan_below = _NAN_BELOW[dtype]
+    keys.masked_fill_((keys < nan_below) | (keys > 2 * half - nan_below), 2 * half - 1)  # every NaN: one top key
+    keys.bitwise_left_shift_(1)
+    keys.bitwise_or_(positive.to(wide))
+    return keys, n_pos, False
+
+
 def _encode(
     preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor], compact: bool | None
 ) -> tuple[Tensor, int, bool]:
@@ -305,6 +366,8 @@ def _encode(
     once, not once to test and once to encode); a block outside [0, 2) starts the keys over, wide.
     """
     pieces = _pieces(preds)
+    if on_device(pieces[0]):
+        return _encode_device(pieces, _pieces(target), compact)
     as_int, wide, half = _KEYS[pieces[0].dtype]
     packed = compact is not False
     keys = _empty_keys(sum(p.numel() for p in pieces), as_int if packed else wide, pieces[0].device)
@@ -314,42 +377,10 @@ def _encode(
         if compact is None and not within(scores, 0, 2, closed=False):
             del keys
             return _encode(pieces, target, False)
-        if keys.is_cpu and scores.is_cpu and label.is_cpu:
-            # one reduction tells whether the block has a NaN (max propagates it): only wide keys can
-            nan = not packed and scores.numel() > 0 and bool(torch.isnan(scores.max()))
-            nan_below = _NAN_BELOW[pieces[0].dtype] if nan else None
-            n_pos += _encode_cpu(keys[offset : offset + scores.numel()], scores.view(as_int), label, packed, nan_below)
-            offset += scores.numel()
-            continue
-        n_pos += int(torch.count_nonzero(label))  # a bool sum would copy to int64
-        if packed:
-            # bool and uint8 labels (the stored forms) are or-ed as they are; others are converted chunk by chunk
-            # (a whole-size int32 copy of the labels would add 0.8x a gathered payload to the peak memory)
-            convert = label.dtype not in (torch.bool, torch.uint8)
-            for a in range(0, scores.numel(), ENCODE_CHUNK):
-                b = min(a + ENCODE_CHUNK, scores.numel())
-                out = keys[offset + a : offset + b]
-                # The shift drops the sign bit (so -0.0 lands on +0.0's key) and makes room for the label; the rest
-                # of a non-negative float's bits increase with it.
-                torch.bitwise_left_shift(scores[a:b].view(as_int).to(keys.device), 1, out=out)
-                chunk = label[a:b] != 0 if convert else label[a:b]
-                out.bitwise_or_(chunk.to(keys.device))
-            offset += scores.numel()
-            continue
-        for a in range(0, scores.numel(), CHUNK):
-            b = min(a + CHUNK, scores.numel())
-            key = scores[a:b].contiguous().view(as_int).to(device=keys.device, dtype=wide)
-            nonneg = key >= 0
-            # Sign-magnitude float bits -> an increasing integer: |b| for negative floats (and -0.0, which lands on
-            # the key of +0.0), |b| + 2^(bits-1) for positive ones. Then shift the label into bit 0.
-            key.abs_()
-            key.add_(nonneg.to(wide), alpha=half)
-            nan_below = _NAN_BELOW[pieces[0].dtype]
-            key.masked_fill_((key < nan_below) | (key > 2 * half - nan_below), 2 * half - 1)  # every NaN: one top key
-            key.bitwise_left_shift_(1)
-            positive = label[a:b] if label.dtype in (torch.bool, torch.uint8) else label[a:b] != 0
-            key.bitwise_or_(positive.to(device=keys.device, dtype=wide))
-            keys[offset + a : offset + b] = key
+        # one reduction tells whether the block has a NaN (max propagates it): only wide keys can
+        nan = not packed and scores.numel() > 0 and bool(torch.isnan(scores.max()))
+        nan_below = _NAN_BELOW[pieces[0].dtype] if nan else None
+        n_pos += _encode_cpu(keys[offset : offset + scores.numel()], scores.view(as_int), label, packed, nan_below)
         offset += scores.numel()
     return keys, n_pos, packed
 
@@ -383,7 +414,7 @@ def sort_keys_(keys: Tensor, runs: bool = False) -> Tensor:
     part <= every key of the next) and the parts sorted at once on worker threads (:func:`run_all`): the same
     sorted keys.
     """
-    if keys.device.type != "cpu":
+    if on_device(keys):
         return torch.sort(keys).values
     k = keys.numpy()
     if runs:
@@ -467,6 +498,9 @@ def sort_problem(
     if len(scores) > 1 and len({p.dtype for p in scores}) > 1:  # mixed widths: promoted, as a sync promotes them
         scores, labels = [torch.cat(scores)], [torch.cat(labels)]
     if packable(scores[0].dtype):
+        if on_device(scores[0]):
+            keys, _, compact = _encode(scores, labels, compact)
+            return runs_of_keys(keys, scores[0].dtype, compact)
         return sorted_keys(scores, labels, compact)
     one_scores = torch.cat(scores) if len(scores) > 1 else scores[0]
     return ascending_counts(one_scores, torch.cat(labels) if len(labels) > 1 else labels[0], with_scores)
@@ -490,6 +524,98 @@ def _counts_of_keys(keys: Tensor, dtype: torch.dtype, with_scores: bool, in_plac
     return Counts(positives[ends], ends + 1, scores)
 
 
+def runs_of_keys(keys: Tensor, dtype: torch.dtype, compact: bool, *, is_sorted: bool = False) -> Counts:
+    """:class:`Counts` (thresholds included) of packed keys, from one keys-only sort with run lengths: the device
+    path's sort (``torch.unique(sorted=True, return_counts=True)``, or ``torch.unique_consecutive`` of keys that are
+    already sorted); no index payload, nothing of size N after it.
+
+    A run is one key ``2 * code + label``: each distinct score has at most two, its negatives then its positives.
+    The cumulative sums of the run lengths (all, positives) at the last run of every score are the counts, exactly
+    what :func:`materialize` gives for the same keys sorted. A fixed number of kernels and one host read (how many
+    distinct scores) whatever the size.
+    """
+    if keys.numel() == 0:
+        return _empty_counts(keys.device, torch.zeros(0, dtype=dtype, device=keys.device))
+    if is_sorted:
+        runs, lengths = torch.unique_consecutive(keys, return_counts=True)
+    else:
+        runs, lengths = torch.unique(keys, sorted=True, return_counts=True)
+    return _counts_of_runs(runs, lengths, dtype, compact)
+
+
+def sort_classes(
+    preds: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor], task: str, compact: bool | None = None
+) -> list[Counts] | None:
+    """The per-class problems of stored multiclass / multilabel rows (``preds`` ``(N, K)``; ``target`` class indices
+    ``(N,)``, or ``(N, K)`` 0 / 1 with -1 where ignored) on the device path, from ONE sort of every entry: the class
+    index goes above the packed key (``class << S | key``, S the key's width), so one
+    ``torch.unique(sorted=True, return_counts=True)`` orders classes, then scores, then labels, and the counts of
+    every class are slices of the same cumulative sums, less the sums of the classes before it. Ignored entries take
+    class ``K``, past every real one. A fixed number of kernels plus a few per class, two host reads (the distinct
+    scores, the class bounds), whatever N. ``None`` off the device path or for scores that do not pack (float64):
+    the caller then sorts class by class.
+    """
+    pieces, labels = _pieces(preds), _pieces(target)
+    if not on_device(pieces[0]) or len({p.dtype for p in pieces}) > 1 or not packable(pieces[0].dtype):
+        return None
+    preds = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
+    target = torch.cat(labels) if len(labels) > 1 else labels[0]
+    if preds.dim() != 2:
+        return None
+    n, width = preds.shape
+    dtype = preds.dtype
+    classes = torch.arange(width, device=preds.device).expand(n, width)
+    if task == "multiclass":
+        positive = target.reshape(-1, 1) == classes
+    else:
+        positive = target == 1
+        classes = torch.where(target >= 0, classes, width)  # ignored entries: class K, dropped below
+    keys, _, compact = _encode_device([preds.reshape(-1)], [positive.reshape(-1)], compact)
+    shift = 8 * _KEYS[dtype][0].itemsize + (
+        0 if compact else 1
+    )  # above every key: compact < 2**bits, wide < 2**(bits+1)
+    combined = classes.reshape(-1).to(torch.int64).bitwise_left_shift(shift).bitwise_or_(keys.to(torch.int64))
+    del keys, positive
+    if combined.numel() == 0:
+        empty = _empty_counts(preds.device, torch.zeros(0, dtype=dtype, device=preds.device))
+        return [empty._replace(pos_le=empty.pos_le.clone(), all_le=empty.all_le.clone()) for _ in range(width)]
+    runs, lengths = torch.unique(combined, sorted=True, return_counts=True)
+    del combined
+    pos_all, all_all, codes = _run_totals(runs, lengths)
+    del runs, lengths
+    class_of = codes.bitwise_right_shift(shift - 1)
+    scores = decode(codes.bitwise_and((1 << (shift - 1)) - 1), dtype, compact)
+    bounds = torch.searchsorted(class_of, torch.arange(width + 1, device=preds.device)).tolist()
+    out = []
+    for k in range(width):
+        a, b = bounds[k], bounds[k + 1]
+        pos_le, all_le = pos_all[a:b], all_all[a:b]
+        if a > 0:
+            pos_le, all_le = pos_le - pos_all[a - 1], all_le - all_all[a - 1]
+        out.append(Counts(pos_le, all_le, scores[a:b]))
+    return out
+
+
+def _run_totals(runs: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``(pos_le, all_le, codes)`` at the last run of every distinct ``runs >> 1`` of distinct sorted keys ``runs``
+    holding ``lengths`` samples each: the cumulative sums of the run lengths, and the codes (one host read: how many).
+    """
+    lengths = lengths.to(torch.int64)
+    all_le = torch.cumsum(lengths, 0)
+    pos_le = torch.cumsum(lengths * runs.bitwise_and(1).to(torch.int64), 0)
+    codes = runs.bitwise_right_shift(1)
+    last = torch.ones(codes.numel(), dtype=torch.bool, device=codes.device)
+    torch.ne(codes[1:], codes[:-1], out=last[:-1])
+    ends = torch.nonzero(last).flatten()
+    return pos_le[ends], all_le[ends], codes[ends]
+
+
+def _counts_of_runs(runs: Tensor, lengths: Tensor, dtype: torch.dtype, compact: bool) -> Counts:
+    """:class:`Counts` of distinct sorted keys ``runs`` and how many samples each holds (``lengths``)."""
+    pos_le, all_le, codes = _run_totals(runs, lengths)
+    return Counts(pos_le, all_le, decode(codes, dtype, compact))
+
+
 def _empty_counts(device: torch.device, scores: Tensor | None) -> Counts:
     empty = torch.zeros(0, dtype=torch.int64, device=device)
     return Counts(empty, empty.clone(), scores)
@@ -500,6 +626,10 @@ def ascending_counts(preds: Tensor, target: Tensor, with_scores: bool = False) -
     if preds.numel() == 0:
         return _empty_counts(preds.device, preds.new_zeros(0) if with_scores else None)
     if packable(preds.dtype):
+        if on_device(preds):
+            keys, _, compact = _encode(preds, target, None)
+            counts = runs_of_keys(keys, preds.dtype, compact)
+            return counts if with_scores else counts._replace(scores=None)
         compact = fits_compact(preds)
         keys = sort_keys_(encode(preds, target, compact))
         return _counts_of_keys(keys, preds.dtype, with_scores, in_place=True, compact=compact)
@@ -571,7 +701,11 @@ def chunk_bounds(keys: Tensor) -> list[int]:
 
 
 def count_positives(keys: Tensor) -> int:
-    """How many of ``keys`` carry label 1 (chunk by chunk: no temporary of the keys' size)."""
+    """How many of ``keys`` carry label 1 (chunk by chunk on CPU: no temporary of the keys' size; at once on the
+    device path: one host read).
+    """
+    if on_device(keys):
+        return int(keys.bitwise_and(1).sum())
     return sum(int(keys[a : a + CHUNK].bitwise_and(1).sum()) for a in range(0, keys.numel(), CHUNK))
 
 

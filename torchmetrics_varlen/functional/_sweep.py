@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from torchmetrics_varlen.functional._device import on_device
 from torchmetrics_varlen.functional._sort import SortedKeys, decode
 
 # Keys per block: the block's buffers (about 18 bytes per key) stay within a core's L2 cache.
@@ -32,8 +33,8 @@ _TORCH_INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}  # a key's width -
 
 
 def usable(col: Any) -> bool:
-    """Whether ``col`` can take the sweep: sorted keys of at least one sample, on CPU."""
-    return isinstance(col, SortedKeys) and col.keys.device.type == "cpu" and col.keys.numel() > 0
+    """Whether ``col`` can take the sweep: sorted keys of at least one sample, on the CPU path (:func:`on_device`)."""
+    return isinstance(col, SortedKeys) and not on_device(col.keys) and col.keys.numel() > 0
 
 
 def _num_groups(k: Any) -> int:
