@@ -41,8 +41,9 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "torch.distributed.distributed_c10d": ("_get_default_group", "_get_default_store", "_get_process_group_name"),
     # the all-gather into one tensor that takes those options (a timeout)
     "torch.distributed.ProcessGroup": ("_allgather_base",),
-    # whether stored pieces are views of the shared zeros (then merged without a copy)
-    "torch.Tensor": ("_base",),
+    # whether stored pieces are views of the shared zeros (then merged without a copy); a counter state's version
+    # (bumped by every in-place write): its value known on the host stays valid without a read from the device
+    "torch.Tensor": ("_base", "_version"),
     # saving and restoring a metric's or collection's ledger (sampler segment, counters) with its states; a
     # collection's metrics, replaced by their wrapped form
     "torch.nn.Module": ("_load_from_state_dict", "_modules", "_save_to_state_dict"),

@@ -578,7 +578,7 @@ def sort_classes(
     del keys, positive
     if combined.numel() == 0:
         empty = _empty_counts(preds.device, torch.zeros(0, dtype=dtype, device=preds.device))
-        return [empty._replace(pos_le=empty.pos_le.clone(), all_le=empty.all_le.clone()) for _ in range(width)]
+        return [Counts(empty.pos_le.clone(), empty.all_le.clone(), empty.scores) for _ in range(width)]
     runs, lengths = torch.unique(combined, sorted=True, return_counts=True)
     del combined
     pos_all, all_all, codes = _run_totals(runs, lengths)
@@ -629,7 +629,7 @@ def ascending_counts(preds: Tensor, target: Tensor, with_scores: bool = False) -
         if on_device(preds):
             keys, _, compact = _encode(preds, target, None)
             counts = runs_of_keys(keys, preds.dtype, compact)
-            return counts if with_scores else counts._replace(scores=None)
+            return counts if with_scores else Counts(counts.pos_le, counts.all_le, None, counts.neg_le)
         compact = fits_compact(preds)
         keys = sort_keys_(encode(preds, target, compact))
         return _counts_of_keys(keys, preds.dtype, with_scores, in_place=True, compact=compact)
