@@ -42,11 +42,12 @@ _CONVERT = {torch.bfloat16: Tensor.bfloat16, torch.float16: Tensor.half}
 
 
 # The summed state each metric owns (it made the tensor itself), so that batches are counted into it in place: kept
-# as ``(process id, tensor)`` in the metric's ``_owned_sum``. A metric pickled to spawned processes (Lightning's
-# ddp_spawn) can share its tensor states' storage across ranks: there the process id differs, so it clones before its
-# first in-place add; so does a metric whose state was replaced (reset, load, sync, compute-group reference), whose
-# state is then another tensor. (A dict keyed by the metric does not work: torchmetrics' ``Metric.__hash__`` hashes
-# the states, so the key changed with every batch and every update cloned the 65,536-bin histogram.)
+# as ``(process id, tensor, its memory address)`` in the metric's ``_owned_sum``. A metric pickled to spawned
+# processes (Lightning's ddp_spawn) can share its tensor states' storage across ranks: there the process id differs,
+# so it clones before its first in-place add; the source's storage moved into shared memory (another address), so it
+# clones too; so does a metric whose state was replaced (reset, load, sync, compute-group reference), whose state is
+# then another tensor. (A dict keyed by the metric does not work: torchmetrics' ``Metric.__hash__`` hashes the states,
+# so the key changed with every batch and every update cloned the 65,536-bin histogram.)
 
 _PID = [os.getpid()]  # this process's id, kept current in a forked child
 if hasattr(os, "register_at_fork"):  # no fork on Windows
@@ -54,8 +55,9 @@ if hasattr(os, "register_at_fork"):  # no fork on Windows
 
 
 def _owns(metric: Any, value: Tensor) -> bool:
+    # the memory address too: pickling for another process (``share_memory_()``) moves the storage, then shared
     owned = metric._owned_sum
-    return owned is not None and owned[1] is value and owned[0] == _PID[0]
+    return owned is not None and owned[1] is value and owned[0] == _PID[0] and owned[2] == value.data_ptr()
 
 
 def owned_state(metric: Any, name: str) -> Tensor:
@@ -64,7 +66,7 @@ def owned_state(metric: Any, name: str) -> Tensor:
     if not _owns(metric, value):
         value = value.clone()
         setattr(metric, name, value)
-        metric._owned_sum = (_PID[0], value)
+        metric._owned_sum = (_PID[0], value, value.data_ptr())
     return value
 
 

@@ -139,7 +139,8 @@ class GuardedMetric(Metric):
     _pending_sync: Gathered | None = None
     _sync_epoch: int = 0  # reset() calls so far (not forward()'s internal ones): the epoch of the metric's syncs
     _in_forward: int = 0  # forward() calls under way: their reset() is no new epoch, their value no evaluation
-    _owned_sum: tuple[int, Tensor] | None = None  # (process id, summed state this metric made: ``_core/held.py``)
+    # (process id, summed state this metric made, its memory address: ``_core/held.py``)
+    _owned_sum: tuple[int, Tensor, int] | None = None
 
     def _init_sync(self, sync_key: str | None) -> None:
         """Give the metric its sync identity: ``sync_key``, or its class and creation order (see ``guard.py``)."""
@@ -153,11 +154,11 @@ class GuardedMetric(Metric):
         self._pending_sync = None
 
     def __getstate__(self) -> dict[str, Any]:
-        """As torchmetrics'; and once copied (``deepcopy``, pickling: ``torch.multiprocessing`` may share the states'
-        storage with the copy), this metric owns its summed state no more (``_held.owned_state``).
+        """As torchmetrics'; the copy owns none of the tensors it comes with. The source is left as it is: if pickling
+        for another process shares its summed state's storage, the storage moves, and the source then clones it
+        before its next in-place count (``_core/held.py``).
         """
-        self._owned_sum = None
-        return super().__getstate__()
+        return {**super().__getstate__(), "_owned_sum": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """A copy (``deepcopy``, ``clone``, unpickling in a spawned process) is a new metric: a new identity."""
