@@ -13,13 +13,16 @@ from typing import Any
 
 import pytest
 import torch
-from sklearn.metrics import accuracy_score, roc_auc_score
+from _data import scores_and_labels
+from _dist import DistPool, count_syncs
+from sklearn.metrics import accuracy_score, average_precision_score, roc_auc_score
 from torch import Tensor
-from torchmetrics import Metric
+from torchmetrics import Metric, MetricCollection
 from torchmetrics.classification import BinaryAccuracy
 
 import torchmetrics_varlen as tv
 from torchmetrics_varlen import Varlen, VarlenCollection
+from torchmetrics_varlen._core.seam import _fingerprint, _unchanged
 
 N = 300
 
@@ -161,3 +164,58 @@ def test_wrapping_leaves_the_users_metric_settings_as_they_were() -> None:
     acc.update(preds[200:], target[200:])
     assert float(acc.compute()) == pytest.approx(accuracy_score(target, preds >= 0.5), abs=1e-6)
     assert {name: getattr(inner, name) for name in _SYNC_SWITCHES} == before
+
+
+def test_a_state_written_in_place_is_never_taken_for_its_sync() -> None:
+    """A compute group's sync is reused only for the very same states unchanged: a float state added to in place
+    (weighted sums: no integer sum tells), a list with one more batch or another batch in its place, are changed.
+    """
+    weights, batches = torch.zeros(4, dtype=torch.float64), [torch.ones(3)]
+    objs = [weights, batches]
+    kept = [_fingerprint(o) for o in objs]
+    assert _unchanged(kept, objs)
+    weights += 0.5
+    assert not _unchanged(kept, objs)
+    kept = [_fingerprint(o) for o in objs]
+    batches.append(torch.ones(2))
+    assert not _unchanged(kept, objs)
+    kept = [_fingerprint(o) for o in objs]
+    batches[-1] = torch.ones(2)
+    assert not _unchanged(kept, objs)
+    with torch.inference_mode():
+        made = torch.zeros(2)
+    assert not _unchanged([_fingerprint(made)], [made])  # no version: never reused
+
+
+def case_group_sync_outlives_other_updates(rank: int, world: int) -> dict[str, Any]:
+    preds, target = scores_and_labels(90, 4)
+    part = slice(rank, 90, world)
+    group = MetricCollection({"auroc": tv.VarlenAUROC(), "ap": tv.VarlenAveragePrecision()}, compute_groups=True)
+    other = tv.VarlenAUROC()
+    group.update(preds[part].float(), target[part])
+    other.update(preds[part].float(), target[part])
+    members = dict(group.items(keep_base=True, copy_state=False))
+    auroc = float(members["auroc"].compute())
+    other.update(preds[part].float(), target[part])  # another metric's batch: the group's states did not change
+    ap, reused = count_syncs(members["ap"].compute)
+    group.update(preds[part].float(), target[part])  # the group's own batch: its sync is stale
+    members = dict(group.items(keep_base=True, copy_state=False))
+    members["auroc"].reset()  # (a member's reset outside the collection: the group's states stay with "ap")
+    again, moved = count_syncs(members["ap"].compute)
+    return {"auroc": auroc, "ap": float(ap), "reused": reused, "again": float(again), "moved": moved}
+
+
+@pytest.mark.distributed
+def test_another_metrics_update_keeps_a_compute_groups_sync(pool: DistPool) -> None:
+    """The second member of a compute group reuses the first one's sync (a check-in, no data) although another
+    metric took a batch in between; after a batch of the group itself, the data moves again.
+    """
+    preds, target = scores_and_labels(90, 4)
+    p = preds.float().double()
+    twice_p, twice_t = torch.cat([p, p]), torch.cat([target, target])
+    for out in pool.values(case_group_sync_outlives_other_updates, 2):
+        assert out["auroc"] == pytest.approx(roc_auc_score(target, p), abs=1e-6)
+        assert out["ap"] == pytest.approx(average_precision_score(target, p), abs=1e-6)
+        assert out["reused"] == {"collectives": 1, "check_ins": 1}
+        assert out["again"] == pytest.approx(average_precision_score(twice_t, twice_p), abs=1e-6)
+        assert out["moved"] == {"collectives": 3, "check_ins": 1}
