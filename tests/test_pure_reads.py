@@ -219,3 +219,36 @@ def test_another_metrics_update_keeps_a_compute_groups_sync(pool: DistPool) -> N
         assert out["reused"] == {"collectives": 1, "check_ins": 1}
         assert out["again"] == pytest.approx(average_precision_score(twice_t, twice_p), abs=1e-6)
         assert out["moved"] == {"collectives": 3, "check_ins": 1}
+
+
+def _states(metric: Any) -> dict[str, Any]:
+    """The metric's states (every member's, for a collection), each by identity and content, and its update count."""
+    members = dict(metric.items(keep_base=True, copy_state=False)) if isinstance(metric, VarlenCollection) else {}
+    out: dict[str, Any] = {}
+    for prefix, m in members.items() or [("", metric)]:
+        inner = m.metric if isinstance(m, Varlen) else None
+        for owner in (m, inner) if inner is not None else (m,):
+            for name in owner._defaults:
+                _look(owner.__dict__.get(name), f"{prefix}.{type(owner).__name__}.{name}", out)
+        out[f"{prefix}._update_count"] = m._update_count
+    return out
+
+
+@pytest.mark.parametrize("factory", FACTORIES, ids=lambda f: f.__name__.strip("_"))
+def test_compute_is_a_pure_read(factory: Callable[[], Metric]) -> None:
+    """``compute()`` twice gives the same value and leaves every state as it was (the same objects, the same
+    contents: the 16-bit mode's held batches stay held); reading ``sync_report`` changes nothing either.
+    """
+    preds, target = _data(2)
+    metric = factory()
+    for start in range(0, N, 50):
+        metric.update(preds[start : start + 50], target[start : start + 50])
+    before = _states(metric)
+    first = _value(metric)
+    assert _changes(before, _states(metric)) == {}
+    report = metric.sync_report
+    assert report is not None
+    assert metric.sync_report is report
+    assert _value(metric) == first == pytest.approx(_reference(factory, preds, target), abs=1e-6)
+    assert _changes(before, _states(metric)) == {}
+    assert metric.sync_report == report  # (the second compute's report: the same evaluation)

@@ -15,8 +15,9 @@ count per :data:`HOLD` scores).
 
 The metric's 16-bit state is the pair (``hist``, the held batches): both are ordinary states (reset, saved, copied,
 shared by a compute group, merged by ``forward`` as torchmetrics does for any state), and reading either writes
-nothing. The held batches are counted at three explicit points only: in ``update`` when they reach the limits, and
-before the sync or the local ``compute`` reads the histogram (``Summed.payload`` / ``Summed.problems``). Counting
+nothing. The held batches are counted into the state at two points only: in ``update`` when they reach the limits,
+and in ``forward``'s batch value (on the batch's own states). The sync and ``compute()`` read them without changing
+a state (:func:`counted_hist`: a counted copy); a sync's result holds them, so it holds no held batches. Counting
 keeps every holder of the states consistent: into a histogram this metric made, in place, the held lists emptied in
 place (a compute-group member holding the same objects sees both change); into any other, a copy, with new empty
 lists (a holder of the old objects keeps the old, consistent pair). A held batch is a copy (the 16-bit conversion;
@@ -90,20 +91,39 @@ def hold(metric: Any, scores: Tensor, labels: Tensor, given: torch.dtype) -> Non
         count_held(metric)
 
 
-def count_held(metric: Any) -> None:
-    """Count the held batches, if any, into the histogram state (module docstring: who sees what)."""
+def _held_rows(metric: Any) -> tuple[Tensor, Tensor] | None:
+    """The held batches as one tensor of scores and one of labels, on the histogram's device (``None``: none held)."""
     pieces: list[Tensor] = metric.held_scores
     if not pieces:
-        return
+        return None
     labels_held: list[Tensor] = metric.held_labels
-    hist: Tensor = metric.hist
     scores = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
     labels = labels_held[0] if len(labels_held) == 1 else torch.cat(labels_held)
+    hist: Tensor = metric.hist
     if scores.device != hist.device:  # ``compute_on_cpu`` moves list states to the CPU after each update
         scores, labels = scores.to(hist.device), labels.to(hist.device)
-    in_place = _owns(metric, hist)
-    count_into(metric.mode, owned_state(metric, "hist"), scores, labels, metric.task, None)
+    return scores, labels
+
+
+def count_held(metric: Any) -> None:
+    """Count the held batches, if any, into the histogram state (module docstring: who sees what)."""
+    rows = _held_rows(metric)
+    if rows is None:
+        return
+    pieces: list[Tensor] = metric.held_scores
+    labels_held: list[Tensor] = metric.held_labels
+    in_place = _owns(metric, metric.hist)
+    count_into(metric.mode, owned_state(metric, "hist"), *rows, metric.task, None)
     if in_place:
         del pieces[:], labels_held[:]
     else:
         metric.held_scores, metric.held_labels = [], []
+
+
+def counted_hist(metric: Any) -> Tensor:
+    """The histogram with the held batches counted in, changing no state: the histogram state itself when none is
+    held, else a counted copy (what the sync sends and ``compute()`` reads).
+    """
+    hist: Tensor = metric.hist
+    rows = _held_rows(metric)
+    return hist if rows is None else count_into(metric.mode, hist.clone(), *rows, metric.task, None)
