@@ -167,8 +167,9 @@ def test_wrapping_leaves_the_users_metric_settings_as_they_were() -> None:
 
 
 def test_a_state_written_in_place_is_never_taken_for_its_sync() -> None:
-    """A compute group's sync is reused only for the very same states unchanged: a float state added to in place
-    (weighted sums: no integer sum tells), a list with one more batch or another batch in its place, are changed.
+    """A compute group's sync is reused only for the very same states holding what they held: a float state added
+    to in place (weighted sums: no integer sum tells), a list with one more batch or another batch in its place, are
+    changed; an inference tensor (no version counter) too.
     """
     weights, batches = torch.zeros(4, dtype=torch.float64), [torch.ones(3)]
     objs = [weights, batches]
@@ -184,7 +185,10 @@ def test_a_state_written_in_place_is_never_taken_for_its_sync() -> None:
     assert not _unchanged(kept, objs)
     with torch.inference_mode():
         made = torch.zeros(2)
-    assert not _unchanged([_fingerprint(made)], [made])  # no version: never reused
+        kept = [_fingerprint(made)]
+        assert _unchanged(kept, [made])
+        made += 1
+    assert not _unchanged(kept, [made])
 
 
 def case_group_sync_outlives_other_updates(rank: int, world: int) -> dict[str, Any]:

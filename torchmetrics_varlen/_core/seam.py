@@ -72,25 +72,27 @@ class Payload:
 
 def _fingerprint(obj: Any) -> Any:
     """What tells whether a state changed since a sync: a list's items (stored batches are never written in place,
-    so the same tensors in the same order are the same data), a tensor's count of in-place writes (its version).
-    ``None``: not known (an inference tensor keeps no version), never reused.
+    so the same tensors in the same order are the same data), a copy of a tensor's values (summed states are written
+    in place; they are small: counts per bin, at most a 16-bit histogram per class).
     """
     if isinstance(obj, list):
         return list(obj)  # (the items themselves: held, so that their ids cannot be reused by other tensors)
-    try:
-        return obj._version if isinstance(obj, Tensor) else None
-    except RuntimeError:  # an inference tensor
-        return None
+    return obj.detach().clone() if isinstance(obj, Tensor) else None
 
 
 def _unchanged(kept: list[Any], objs: list[Any]) -> bool:
+    """Whether the states ``objs`` hold what they held when ``kept`` (their :func:`_fingerprint`) was taken."""
     for before, obj in zip(kept, objs, strict=True):
-        if before is None:
-            return False
         if isinstance(obj, list):
             if len(before) != len(obj) or any(a is not b for a, b in zip(before, obj, strict=True)):
                 return False
-        elif before != _fingerprint(obj):
+        elif not (
+            isinstance(obj, Tensor)
+            and before.shape == obj.shape
+            and before.dtype == obj.dtype
+            and before.device == obj.device
+            and torch.equal(before, obj)
+        ):
             return False
     return True
 
@@ -120,7 +122,7 @@ class _SharedSyncs:
     """Syncs that the metrics of one torchmetrics compute group share (AUROC, AP, curves in one collection).
 
     Metrics of a compute group hold the very same state objects, so the first of them to compute syncs and the
-    others reuse its result, as long as those states have not changed since (:func:`_fingerprint`). An entry is
+    others reuse its result, as long as those states hold what they held then (:func:`_fingerprint`). An entry is
     keyed by its compute group (the ids of its state objects, what decides the sync, the process group) and lives
     from its sync until the next ``update()`` or ``reset()`` of a metric holding those states (:meth:`forget`), a
     newer sync of states of the same kind, or the metric that synced them, whichever comes first: an update of
