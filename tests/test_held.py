@@ -24,7 +24,7 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 from torchmetrics import MetricCollection
 
 import torchmetrics_varlen as tv
-from torchmetrics_varlen._core.held import HOLD, MAX_PIECES, count_held
+from torchmetrics_varlen._core.held import HOLD, MAX_PIECES, count_held, counted_hist
 from torchmetrics_varlen.functional import _hist
 
 DTYPES = [torch.float16, torch.bfloat16]
@@ -302,7 +302,8 @@ def test_class_histogram_into_is_the_one_hot_count() -> None:
 
 def test_reading_the_states_writes_nothing() -> None:
     """``hist`` and the held batches are plain states: reading them (as torchmetrics, Lightning or a user does) changes
-    neither; the held batches are counted by ``compute()`` (and the sync), and the value is the one of all batches.
+    neither; ``compute()`` (and the sync) count the held batches into a copy, so it changes neither either, and the
+    value is the one of all batches.
     """
     preds, target = _data(640, 8)
     metric = tv.VarlenAUROC(thresholds=torch.bfloat16)
@@ -316,5 +317,6 @@ def test_reading_the_states_writes_nothing() -> None:
         assert [p.shape for p in metric.held_scores] == [p.shape for p in held]
     rounded = preds.to(torch.bfloat16).double()
     assert float(metric.compute()) == pytest.approx(f32(roc_auc_score(target, rounded)), abs=1e-12)
-    assert torch.equal(metric.hist, _reference(preds, target, torch.bfloat16))
-    assert not metric.held_scores
+    assert torch.equal(metric.hist, hist)
+    assert [p.shape for p in metric.held_scores] == [p.shape for p in held]
+    assert torch.equal(counted_hist(metric), _reference(preds, target, torch.bfloat16))

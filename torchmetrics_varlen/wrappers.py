@@ -29,6 +29,7 @@ from torchmetrics_varlen._core.states import (
 from torchmetrics_varlen._core.wrapped import (
     inner_config,
     list_states,
+    unsynced,
     wrappable,
 )
 from torchmetrics_varlen._core.wrapped_batch import UpdatePlan, take_wrapped_batch
@@ -106,8 +107,6 @@ class Varlen(GuardedMetric):
         self.sync_timeout = sync_timeout
         self.sync_report = None
         self._config = {**inner_config(metric), "metric": self._sync_name_of(metric), "dataset_size": dataset_size}
-        metric.sync_on_compute = False  # the wrapper syncs; the metric itself never gathers again
-        metric._to_sync = False
         self.add_state("varlen_ids", default=[], dist_reduce_fx="cat")
         for name in _OWN[1:]:
             self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
@@ -204,7 +203,8 @@ class Varlen(GuardedMetric):
         dropped. A batch made only of padding leaves the wrapped metric untouched and returns ``None``.
         """
         self._computed = None
-        value = self._intake(args, kwargs, sample_ids, self.metric.forward)
+        with unsynced(self.metric):  # the wrapped metric's batch value: its own batch, no sync
+            value = self._intake(args, kwargs, sample_ids, self.metric.forward)
         self._update_count += 1
         self._forward_cache = value
         return value
@@ -332,7 +332,7 @@ class Varlen(GuardedMetric):
             self._report(None, self._kept, synced=False)
         try:
             inner._computed = None
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), unsynced(inner):  # the states are synced already (or local)
                 warnings.filterwarnings("ignore", message=_COMPUTE_WARNING, category=UserWarning)
                 return inner.compute()
         finally:

@@ -181,7 +181,7 @@ def take_batch(
         except (ValueError, TypeError):
             m._update_count -= 1  # the failed call must not count as an update either
             raise
-        SHARED_SYNCS.clear()
+        SHARED_SYNCS.forget(m)  # the syncs of its states (a compute group's): no other metric's
         keep = rows if sample_ids is not None else batch.cut()  # ids: no padding cut (dedup by id instead)
         if keep < rows:
             preds, target = preds[:keep], target[:keep]

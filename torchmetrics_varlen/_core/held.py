@@ -15,8 +15,9 @@ count per :data:`HOLD` scores).
 
 The metric's 16-bit state is the pair (``hist``, the held batches): both are ordinary states (reset, saved, copied,
 shared by a compute group, merged by ``forward`` as torchmetrics does for any state), and reading either writes
-nothing. The held batches are counted at three explicit points only: in ``update`` when they reach the limits, and
-before the sync or the local ``compute`` reads the histogram (``Summed.payload`` / ``Summed.problems``). Counting
+nothing. The held batches are counted into the state at two points only: in ``update`` when they reach the limits,
+and in ``forward``'s batch value (on the batch's own states). The sync and ``compute()`` read them without changing
+a state (:func:`counted_hist`: a counted copy); a sync's result holds them, so it holds no held batches. Counting
 keeps every holder of the states consistent: into a histogram this metric made, in place, the held lists emptied in
 place (a compute-group member holding the same objects sees both change); into any other, a copy, with new empty
 lists (a holder of the old objects keeps the old, consistent pair). A held batch is a copy (the 16-bit conversion;
@@ -42,11 +43,12 @@ _CONVERT = {torch.bfloat16: Tensor.bfloat16, torch.float16: Tensor.half}
 
 
 # The summed state each metric owns (it made the tensor itself), so that batches are counted into it in place: kept
-# as ``(process id, tensor)`` in the metric's ``_owned_sum``. A metric pickled to spawned processes (Lightning's
-# ddp_spawn) can share its tensor states' storage across ranks: there the process id differs, so it clones before its
-# first in-place add; so does a metric whose state was replaced (reset, load, sync, compute-group reference), whose
-# state is then another tensor. (A dict keyed by the metric does not work: torchmetrics' ``Metric.__hash__`` hashes
-# the states, so the key changed with every batch and every update cloned the 65,536-bin histogram.)
+# as ``(process id, tensor, its memory address)`` in the metric's ``_owned_sum``. A metric pickled to spawned
+# processes (Lightning's ddp_spawn) can share its tensor states' storage across ranks: there the process id differs,
+# so it clones before its first in-place add; the source's storage moved into shared memory (another address), so it
+# clones too; so does a metric whose state was replaced (reset, load, sync, compute-group reference), whose state is
+# then another tensor. (A dict keyed by the metric does not work: torchmetrics' ``Metric.__hash__`` hashes the states,
+# so the key changed with every batch and every update cloned the 65,536-bin histogram.)
 
 _PID = [os.getpid()]  # this process's id, kept current in a forked child
 if hasattr(os, "register_at_fork"):  # no fork on Windows
@@ -54,8 +56,9 @@ if hasattr(os, "register_at_fork"):  # no fork on Windows
 
 
 def _owns(metric: Any, value: Tensor) -> bool:
+    # the memory address too: pickling for another process (``share_memory_()``) moves the storage, then shared
     owned = metric._owned_sum
-    return owned is not None and owned[1] is value and owned[0] == _PID[0]
+    return owned is not None and owned[1] is value and owned[0] == _PID[0] and owned[2] == value.data_ptr()
 
 
 def owned_state(metric: Any, name: str) -> Tensor:
@@ -64,7 +67,7 @@ def owned_state(metric: Any, name: str) -> Tensor:
     if not _owns(metric, value):
         value = value.clone()
         setattr(metric, name, value)
-        metric._owned_sum = (_PID[0], value)
+        metric._owned_sum = (_PID[0], value, value.data_ptr())
     return value
 
 
@@ -88,20 +91,39 @@ def hold(metric: Any, scores: Tensor, labels: Tensor, given: torch.dtype) -> Non
         count_held(metric)
 
 
-def count_held(metric: Any) -> None:
-    """Count the held batches, if any, into the histogram state (module docstring: who sees what)."""
+def _held_rows(metric: Any) -> tuple[Tensor, Tensor] | None:
+    """The held batches as one tensor of scores and one of labels, on the histogram's device (``None``: none held)."""
     pieces: list[Tensor] = metric.held_scores
     if not pieces:
-        return
+        return None
     labels_held: list[Tensor] = metric.held_labels
-    hist: Tensor = metric.hist
     scores = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
     labels = labels_held[0] if len(labels_held) == 1 else torch.cat(labels_held)
+    hist: Tensor = metric.hist
     if scores.device != hist.device:  # ``compute_on_cpu`` moves list states to the CPU after each update
         scores, labels = scores.to(hist.device), labels.to(hist.device)
-    in_place = _owns(metric, hist)
-    count_into(metric.mode, owned_state(metric, "hist"), scores, labels, metric.task, None)
+    return scores, labels
+
+
+def count_held(metric: Any) -> None:
+    """Count the held batches, if any, into the histogram state (module docstring: who sees what)."""
+    rows = _held_rows(metric)
+    if rows is None:
+        return
+    pieces: list[Tensor] = metric.held_scores
+    labels_held: list[Tensor] = metric.held_labels
+    in_place = _owns(metric, metric.hist)
+    count_into(metric.mode, owned_state(metric, "hist"), *rows, metric.task, None)
     if in_place:
         del pieces[:], labels_held[:]
     else:
         metric.held_scores, metric.held_labels = [], []
+
+
+def counted_hist(metric: Any) -> Tensor:
+    """The histogram with the held batches counted in, changing no state: the histogram state itself when none is
+    held, else a counted copy (what the sync sends and ``compute()`` reads).
+    """
+    hist: Tensor = metric.hist
+    rows = _held_rows(metric)
+    return hist if rows is None else count_into(metric.mode, hist.clone(), *rows, metric.task, None)

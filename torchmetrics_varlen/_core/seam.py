@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,13 +70,31 @@ class Payload:
     dst: int | None = None
 
 
-def _fingerprint(obj: Any) -> int:
-    """What changes when a state changes in a way a later update could hide: list lengths, integer counters."""
+def _fingerprint(obj: Any) -> Any:
+    """What tells whether a state changed since a sync: a list's items (stored batches are never written in place,
+    so the same tensors in the same order are the same data), a copy of a tensor's values (summed states are written
+    in place; they are small: counts per bin, at most a 16-bit histogram per class).
+    """
     if isinstance(obj, list):
-        return len(obj)
-    if isinstance(obj, Tensor) and not (obj.is_floating_point() or obj.is_complex()):
-        return int(obj.sum())
-    return 0
+        return list(obj)  # (the items themselves: held, so that their ids cannot be reused by other tensors)
+    return obj.detach().clone() if isinstance(obj, Tensor) else None
+
+
+def _unchanged(kept: list[Any], objs: list[Any]) -> bool:
+    """Whether the states ``objs`` hold what they held when ``kept`` (their :func:`_fingerprint`) was taken."""
+    for before, obj in zip(kept, objs, strict=True):
+        if isinstance(obj, list):
+            if len(before) != len(obj) or any(a is not b for a, b in zip(before, obj, strict=True)):
+                return False
+        elif not (
+            isinstance(obj, Tensor)
+            and before.shape == obj.shape
+            and before.dtype == obj.dtype
+            and before.device == obj.device
+            and torch.equal(before, obj)
+        ):
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -91,38 +110,64 @@ class SharedSync:
         return int(hashlib.sha1(self.prefix.encode()).hexdigest()[:15], 16)
 
 
+@dataclass
+class _Entry:
+    objs: list[Any]  # the state objects synced (a compute group's members hold the very same objects)
+    kept: list[Any]  # their fingerprints at the sync
+    shared: SharedSync
+    metric: weakref.ref[Any]  # the metric that synced them: its entry goes with it
+
+
 class _SharedSyncs:
     """Syncs that the metrics of one torchmetrics compute group share (AUROC, AP, curves in one collection).
 
     Metrics of a compute group hold the very same state objects, so the first of them to compute syncs and the
-    others reuse its result, as long as no batch was added in between. Lifetime of an entry: from its sync until
-    the next ``update()`` or ``reset()`` of any metric of the package in this process, or until a newer sync of
-    states of the same kind replaces it, whichever comes first. So after an evaluation at most one gathered copy
-    per compute group stays alive, until the next evaluation's first ``update()`` frees it. An entry holds the
-    received states and the sync's key prefix, never the process group or its store, so it cannot keep either alive
-    past ``destroy_process_group()``.
+    others reuse its result, as long as those states hold what they held then (:func:`_fingerprint`). An entry is
+    keyed by its compute group (the ids of its state objects, what decides the sync, the process group) and lives
+    from its sync until the next ``update()`` or ``reset()`` of a metric holding those states (:meth:`forget`), a
+    newer sync of states of the same kind, or the metric that synced them, whichever comes first: an update of
+    another metric changes nothing here. So after an evaluation at most one gathered copy per compute group stays
+    alive, until the group's next ``update()`` frees it. An entry holds the received states and the sync's key
+    prefix, never the process group or its store, so it cannot keep either alive past ``destroy_process_group()``.
     """
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[Any, ...], tuple[list[Any], list[int], SharedSync]] = {}
-        self.clear = self._entries.clear  # forget every sync (any update or reset of a metric of the package)
+        self._entries: dict[tuple[Any, ...], _Entry] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._entries)
 
     def find(self, key: tuple[Any, ...], objs: list[Any]) -> SharedSync | None:
         """The sync of exactly these state objects, if they have not changed since."""
+        self._drop_dead()
         entry = self._entries.get(key)
-        if entry is None or any(a is not b for a, b in zip(entry[0], objs, strict=True)):
+        if entry is None or any(a is not b for a, b in zip(entry.objs, objs, strict=True)):
             return None
-        return entry[2] if entry[1] == [_fingerprint(o) for o in objs] else None
+        return entry.shared if _unchanged(entry.kept, objs) else None
 
     def drop_superseded(self, key: tuple[Any, ...]) -> None:
         """Forget older syncs of the same kind, so that their buffers are freed before a new one is allocated."""
         for stale in [k for k in self._entries if k[1:] == key[1:]]:
             del self._entries[stale]
 
-    def keep(self, key: tuple[Any, ...], objs: list[Any], result: Gathered) -> None:
+    def keep(self, key: tuple[Any, ...], metric: Any, objs: list[Any], result: Gathered) -> None:
         """Remember a sync for the other metrics of the compute group."""
         shared = SharedSync(result.cat, result.summed, result.checked.ticket.prefix)
-        self._entries[key] = (objs, [_fingerprint(o) for o in objs], shared)
+        self._entries[key] = _Entry(list(objs), [_fingerprint(o) for o in objs], shared, weakref.ref(metric))
+
+    def forget(self, metric: Any) -> None:
+        """Forget the syncs of ``metric``'s states (its update or reset is changing them); no other metric's."""
+        if not self._entries:
+            return
+        state = metric.__dict__
+        mine = [state[name] for name in metric._defaults if name in state]
+        for key, entry in list(self._entries.items()):
+            if entry.metric() is None or any(o is m for o in entry.objs for m in mine):
+                del self._entries[key]
+
+    def _drop_dead(self) -> None:
+        for key in [k for k, e in self._entries.items() if e.metric() is None]:
+            del self._entries[key]
 
 
 SHARED_SYNCS = _SharedSyncs()
@@ -139,7 +184,8 @@ class GuardedMetric(Metric):
     _pending_sync: Gathered | None = None
     _sync_epoch: int = 0  # reset() calls so far (not forward()'s internal ones): the epoch of the metric's syncs
     _in_forward: int = 0  # forward() calls under way: their reset() is no new epoch, their value no evaluation
-    _owned_sum: tuple[int, Tensor] | None = None  # (process id, summed state this metric made: ``_core/held.py``)
+    # (process id, summed state this metric made, its memory address: ``_core/held.py``)
+    _owned_sum: tuple[int, Tensor, int] | None = None
 
     def _init_sync(self, sync_key: str | None) -> None:
         """Give the metric its sync identity: ``sync_key``, or its class and creation order (see ``guard.py``)."""
@@ -153,11 +199,11 @@ class GuardedMetric(Metric):
         self._pending_sync = None
 
     def __getstate__(self) -> dict[str, Any]:
-        """As torchmetrics'; and once copied (``deepcopy``, pickling: ``torch.multiprocessing`` may share the states'
-        storage with the copy), this metric owns its summed state no more (``_held.owned_state``).
+        """As torchmetrics'; the copy owns none of the tensors it comes with. The source is left as it is: if pickling
+        for another process shares its summed state's storage, the storage moves, and the source then clones it
+        before its next in-place count (``_core/held.py``).
         """
-        self._owned_sum = None
-        return super().__getstate__()
+        return {**super().__getstate__(), "_owned_sum": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """A copy (``deepcopy``, ``clone``, unpickling in a spawned process) is a new metric: a new identity."""
@@ -251,6 +297,7 @@ class GuardedMetric(Metric):
         """Torchmetrics' ``reset``; each call (outside ``forward``) starts a new epoch of the metric's syncs, so that
         a sync never pairs one rank's states of one epoch with another rank's of another.
         """
+        SHARED_SYNCS.forget(self)  # before its states are replaced: the syncs of these states
         if not self._in_forward:
             if self.sync_on_compute:  # ranks still waiting at this epoch's sync learn at once that it left
                 leave_epoch(self.process_group, self._sync_identity, self._sync_epoch)
@@ -312,7 +359,7 @@ class GuardedMetric(Metric):
             checked, payload.cat, payload.summed, device=payload.device, dst=payload.dst, concat=False
         )
         if share is not None and key is not None:
-            SHARED_SYNCS.keep(key, share[0], result)
+            SHARED_SYNCS.keep(key, self, share[0], result)
         return result
 
     # ------------------------------------------------------------------ compute

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._core.dedup import SyncReport, copy_scores, dedup_order
-from torchmetrics_varlen._core.held import HELD, count_held
+from torchmetrics_varlen._core.held import HELD, count_held, counted_hist
 from torchmetrics_varlen._core.ledger import Ledger
 from torchmetrics_varlen._core.seam import Payload
 from torchmetrics_varlen._dist.exchange import (
@@ -188,18 +188,23 @@ class Summed(ComputeStrategy):
         """The summed state as float64 (counts below 2**53 exactly), so that ranks with weighted float64 sums and
         ranks that saw no batch yet (int64 zeros) agree on the dtype; unweighted counts come back as int64.
         """
-        if self.state == "hist":
-            count_held(host)  # the 16-bit mode's held batches, counted before the histogram is sent
-        summed = {self.state: cast(Tensor, getattr(host, self.state)).double()}
+        # the 16-bit mode's held batches counted in (a copy: the states stay as they are)
+        state = counted_hist(host) if self.state == "hist" else cast(Tensor, getattr(host, self.state))
+        summed = {self.state: state.double()}
         device = summed[self.state].device
         return Payload(cat={}, device=device, summed=summed, info=self.info(host), modes=modes(host))
 
     def problems(self, host: Host, with_scores: bool) -> list[Problem]:
         """The problems of the summed state (ordered and counted already)."""
         report(host, None)
-        if self.state == "hist":
-            count_held(host)  # the 16-bit mode's held batches, counted before the histogram is read
-        return counted_problems(host.mode, getattr(host, self.state), host._split, host.thresholds, with_scores)
+        state = getattr(host, self.state)
+        if self.state == "hist":  # the 16-bit mode's held batches counted in
+            if host._in_forward:  # the batch's own states (merged into the epoch's after): counted for good
+                count_held(host)
+                state = getattr(host, self.state)
+            else:  # a copy: compute() changes no state
+                state = counted_hist(host)
+        return counted_problems(host.mode, state, host._split, host.thresholds, with_scores)
 
     def weighted_problems(self, host: Host) -> list[WeightedProblem]:
         """The problems of the float64 summed state, with their scores."""
@@ -220,6 +225,9 @@ def receive(host: Host, result: Gathered) -> None:
     summed = {k: v if weighted else v.to(torch.int64) for k, v in result.summed.items()}
     for key, value in {**result.cat, **summed}.items():
         setattr(host, key, value)
+    if "hist" in summed:  # the 16-bit mode: every rank's held batches are counted in the synced histogram
+        for key in HELD:
+            setattr(host, key, [])
     for key in _COUNTERS:
         setattr(host, key, host.num_samples.new_tensor(sum(i[key] for i in result.checked.info)))
     host._checked = result.checked

@@ -30,7 +30,7 @@ from torchmetrics_varlen._core.batch import (
 )
 from torchmetrics_varlen._core.dedup import SyncReport
 from torchmetrics_varlen._core.ledger import Ledger, warning_compute
-from torchmetrics_varlen._core.seam import SHARED_SYNCS, CheckedIn, Gathered, GuardedMetric, Payload, SyncRequest
+from torchmetrics_varlen._core.seam import CheckedIn, Gathered, GuardedMetric, Payload, SyncRequest
 from torchmetrics_varlen._core.sharded import Sharded
 from torchmetrics_varlen._core.strategies import (
     _COUNTERS,
@@ -351,7 +351,6 @@ class _VarlenMetric(GuardedMetric):
         super().reset()
         if not self._in_forward:  # forward keeps the epoch's sampler positions (``_forward_start``)
             self._ledger.reset(self)  # (the counters are zero now: no read of them from the device)
-        SHARED_SYNCS.clear()
 
     def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool) -> None:
         super()._save_to_state_dict(destination, prefix, keep_vars)
