@@ -7,14 +7,13 @@ the same rounded scores, so AUROC, AP, curves and best F1 are identical to the s
 size does not depend on N and that sums across ranks with one fixed-size all-reduce.
 
 Its ``compute()`` is a fixed number of whole-histogram operations whatever N, on every device (:class:`HistCounts`,
-:func:`histogram_sums`: no loop over chunks of the counts), and ``update()`` counts a batch into the state in place
-(``index_add_``: no ``torch.bincount``, which reads the range back to the host on CUDA, and no host read at all on
-the device path).
+:func:`~._ranking.counts_rank_sums`: no loop over chunks of the counts), and ``update()`` counts a batch into the
+state in place (``index_add_``: no ``torch.bincount``, which reads the range back to the host on CUDA, and no host
+read at all on the device path).
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -172,57 +171,8 @@ def counts_from_histogram(hist: Tensor, dtype: torch.dtype, with_scores: bool = 
 
 class HistCounts(Counts):
     """The integer :class:`~._sort.Counts` of a 16-bit histogram (at most 65,536 distinct scores): its rank sums are
-    taken by :func:`histogram_sums`, whole-vector operations, not the chunk loop of sorted keys.
+    taken by :func:`~._ranking.counts_rank_sums` on every device, whole-vector operations, not the chunk loop of
+    sorted keys.
     """
 
     __slots__ = ()
-
-
-# Below this many samples, every product and the sum of the twice-area fit in int64 (2 * P * N_neg <= N**2 / 2 < 2**63)
-_INT64_AREA = 1 << 32
-
-
-def histogram_sums(
-    counts: Counts,
-    *,
-    area: bool = True,
-    ap: bool = True,
-    pos_before: int = 0,
-    all_before: int = 0,
-    totals: tuple[int, int] | None = None,
-) -> tuple[int, int, int, float]:
-    """``(positives, samples, twice_area, ap_sum)``: :class:`~._ranking.RankSums` of integer counts at every distinct
-    score, in a fixed number of whole-vector operations (and three host reads) whatever the number of samples.
-
-    The same integers as the chunked pass of :func:`~._ranking.rank_sums` (the twice-area is exact: int64 below
-    2**32 samples, Python ints of the 65,536 products beyond), and the same float64 terms of ``ap_sum`` (positives
-    at the score times its precision, the same integer ratios), summed in one NumPy pairwise sum over the distinct
-    scores: the exact path's sum when the scores fit one chunk (65,536 samples), else the same to a few float64 ulps,
-    the float32 output alike but for a rounding tie. ``*_before`` / ``totals`` as in ``rank_sums``.
-    """
-    pos_le, all_le = counts.pos_le, counts.all_le
-    if pos_le.numel() == 0:
-        return 0, 0, 0, 0.0
-    n_pos_local, n_all_local = (int(v) for v in torch.stack((pos_le[-1], all_le[-1])).tolist())
-    n_pos, n_all = totals if totals is not None else (n_pos_local, n_all_local)
-    zero = pos_le.new_zeros(1)
-    pos_below = torch.cat((zero, pos_le[:-1]))
-    all_below = torch.cat((zero, all_le[:-1]))
-    pos_g = pos_le - pos_below
-    twice_area, ap_sum = 0, 0.0
-    if area:
-        # each positive beats the negatives below its score (2 each) and ties with those at it (1 each)
-        beaten = (all_le - pos_le) + (all_below - pos_below)
-        if n_all_local < _INT64_AREA:
-            twice_area = int((pos_g * beaten).sum())
-        else:
-            twice_area = sum(a * b for a, b in zip(pos_g.tolist(), beaten.tolist(), strict=True))
-        twice_area += 2 * (all_before - pos_before) * n_pos_local
-    if ap:
-        # at the threshold of each score: TP = positives at or above it, TP + FP = samples at or above it
-        tps = (n_pos - pos_before) - pos_below
-        all_ge = (n_all - all_before) - all_below
-        precision = tps.double().div_(all_ge.double())
-        products = np.multiply(pos_g.double().cpu().numpy(), precision.cpu().numpy())
-        ap_sum = float(np.add.reduce(products))
-    return n_pos_local, n_all_local, twice_area, ap_sum

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from torchmetrics_varlen.functional._count import Binned, Problem, problem_device
 from torchmetrics_varlen.functional._device import on_device
-from torchmetrics_varlen.functional._hist import HistCounts, histogram_sums
+from torchmetrics_varlen.functional._hist import HistCounts
 from torchmetrics_varlen.functional._sort import (
     Counts,
     SortedKeys,
@@ -426,8 +426,9 @@ def counts_rank_sums(
     all_before: int = 0,
     totals: tuple[int, int] | None = None,
 ) -> RankSums:
-    """:func:`rank_sums` of integer :class:`Counts` in one vectorised pass (the device path): whole-array cumulative
-    sums and products, a fixed number of kernels and one host read whatever the number of samples.
+    """:func:`rank_sums` of integer :class:`Counts` in one vectorised pass (the device path, and the 16-bit mode's
+    histogram counts on every device): whole-array cumulative sums and products, a fixed number of kernels and one
+    host read whatever the number of samples.
 
     Twice the area is ``sum_g pos_g * (2 * neg_below_g + neg_g + 2 * neg_before)`` over the distinct scores ``g``,
     the same integer as the chunked CPU pass. Each factor is below ``2 * N`` and the whole sum at most ``2 * P * N``,
@@ -487,9 +488,7 @@ def rank_sums(
     when it holds one range of its scores (sharded compute).
     """
     if isinstance(col, HistCounts):  # the 16-bit mode: whole-histogram operations, no chunk loop
-        return RankSums(
-            *histogram_sums(col, area=area, ap=ap, pos_before=pos_before, all_before=all_before, totals=totals)
-        )
+        return counts_rank_sums(col, area=area, ap=ap, pos_before=pos_before, all_before=all_before, totals=totals)
     n_pos_local, n_all_local = size(col)
     n_pos, n_all = totals if totals is not None else (n_pos_local, n_all_local)
     twice_area, ap_sum = 0, 0.0
