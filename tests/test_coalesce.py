@@ -286,32 +286,3 @@ def test_merged_pieces_sync_to_the_exact_value(pool: DistPool, world: int, how: 
             assert out[name] == pytest.approx(f32(expected[name]), abs=1e-6)
             assert out[name] == outcomes[0][name]
             assert out[name + "_pieces"] <= _bound(out[name + "_batches"]) < out[name + "_batches"] / 5
-
-
-def test_zero_pieces_merge_into_one_shared_zeros_view_and_other_pieces_are_copied() -> None:
-    """The ``ids_sub`` of one-element samples are views of one shared zeros buffer: merged, they stay one (no copy),
-    at every level; a list mixing them with other pieces is concatenated. Every value stays that of one piece.
-    """
-    n, batch = 64 * 64 * 3, 3
-    preds, target = _data("binary", n, seed=5)
-    metric = _feed(tv.VarlenAUROC(), [batch] * (n // batch), preds, target, sample_ids=torch.arange(n))
-    shared = _coalesce._ZEROS[torch.device("cpu")]
-    assert len(metric.ids_sub) == len(metric.ids) == 1  # two levels merged
-    assert metric.ids_sub[0]._base is shared
-    assert metric.ids_sub[0].shape == (n,)
-    assert metric.ids_sub[0].dtype == torch.int32
-    assert not bool(metric.ids_sub[0].any())
-    one = tv.VarlenAUROC()
-    one.update(preds, target, sample_ids=torch.arange(n))
-    assert torch.equal(metric.compute(), one.compute())
-    pieces = [_coalesce.zeros_view(4, torch.device("cpu")) for _ in range(_coalesce.FAN_IN)]
-    mixed = [*pieces[:-1], torch.zeros(4, dtype=torch.int32)]
-    assert _coalesce._zeros_merged(pieces) is not None
-    assert _coalesce._zeros_merged(mixed) is None
-    assert torch.equal(_coalesce._merged(mixed), torch.zeros(4 * _coalesce.FAN_IN, dtype=torch.int32))
-    rows = torch.rand(64 * 5, 4)  # samples of 4 elements, one id per row: ids_sub 0 .. 3, copied
-    labels = torch.randint(0, 2, (64 * 5, 4))
-    metric = _feed(tv.VarlenAUROC(), [5] * 64, rows, labels, sample_ids=torch.arange(64 * 5))
-    assert len(metric.ids_sub) == 1
-    assert metric.ids_sub[0]._base is None
-    assert metric.ids_sub[0].tolist() == [0, 1, 2, 3] * (64 * 5)

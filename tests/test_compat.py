@@ -311,19 +311,6 @@ def _owners_having(name: str) -> list[str]:
     return [owner for owner in candidates if _has(owner, name)]
 
 
-def test_the_grad_mode_switch_is_what_set_grad_enabled_sets() -> None:
-    before = torch.is_grad_enabled()
-    try:
-        for mode in (False, True, False):
-            _compat.set_grad_mode(mode)
-            assert torch.is_grad_enabled() is mode
-            with torch.set_grad_enabled(not mode):
-                assert torch.is_grad_enabled() is (not mode)
-            assert torch.is_grad_enabled() is mode
-    finally:
-        torch.set_grad_enabled(before)
-
-
 def test_torchmetrics_attributes_mean_what_the_package_assumes() -> None:
     """The counter counts updates, the cache holds the computed value, a sync sets the flags."""
     metric = BinaryAUROC()
@@ -412,34 +399,3 @@ def test_only_compat_reaches_into_torch_distributed_privates() -> None:
     for path in sorted(PACKAGE.rglob("*.py")):
         if path.name != "_compat.py":
             assert "distributed_c10d._" not in path.read_text(), f"{path.name} calls a private of torch.distributed"
-
-
-def test_own_update_recognises_torchmetrics_update_wrapper() -> None:
-    """``_compat.own_update``: torchmetrics' update wrapper is recognised by its ``functools.wraps`` ``__wrapped__``
-    (so ``Varlen`` runs the wrapped metric's bookkeeping once); anything else is called as it is.
-    """
-    import functools
-
-    from torchmetrics.classification import BinaryAccuracy
-
-    from torchmetrics_varlen._compat import own_update
-
-    metric = BinaryAccuracy()
-    bound = own_update(metric)
-    assert bound is not None, "torchmetrics' Metric._wrap_update no longer wraps with functools.wraps: see own_update"
-    assert bound.__func__ is BinaryAccuracy.update
-    assert bound.__self__ is metric
-    inner = metric.update
-
-    @functools.wraps(inner)
-    def counted(*args: object, **kwargs: object) -> None:  # a user's wrapper over torchmetrics' one
-        inner(*args, **kwargs)
-
-    metric.update = counted  # type: ignore[method-assign]
-    assert own_update(metric) is None
-
-    class Custom(BinaryAccuracy):
-        def _wrap_update(self, update):  # type: ignore[no-untyped-def]
-            return update
-
-    assert own_update(Custom()) is None

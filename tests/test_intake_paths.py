@@ -19,7 +19,7 @@ from torchmetrics_varlen import VarlenAUROC, VarlenMulticlassAUROC
 from torchmetrics_varlen._core.columns import columns as _columns
 from torchmetrics_varlen._core.columns import columns_shape as sample_shape
 from torchmetrics_varlen._core.columns import expand_per_sample
-from torchmetrics_varlen._core.columns import zeros_view as _zeros
+from torchmetrics_varlen._core.columns import zeros as _zeros
 from torchmetrics_varlen.functional._tasks import (
     _score_range,
     check_inputs,
@@ -88,7 +88,7 @@ def test_id_out_of_the_data_set_is_still_found_with_dataset_size() -> None:
     assert metric.rejected == 2
 
 
-def test_zero_views_are_zeros_of_the_length_asked() -> None:
+def test_zeros_are_zeros_of_the_length_asked() -> None:
     for n in (3, 64, 5000, 64):
         zeros = _zeros(n, torch.device("cpu"))
         assert zeros.shape == (n,)

@@ -21,6 +21,7 @@ from torchmetrics_varlen import (
     load_rank_states,
 )
 from torchmetrics_varlen._core.dedup import dedup_by_id
+from torchmetrics_varlen.functional._device import force_device_path
 
 GEN = torch.Generator().manual_seed(7)
 PREDS = torch.rand(12, generator=GEN)
@@ -310,26 +311,20 @@ def test_a_refused_first_batch_decides_no_dedup_mode(kind: str, refused: str, da
 
 
 @pytest.mark.parametrize("kind", ["auroc", "varlen"])
-def test_counters_without_a_numpy_view_count_the_same(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Counter states the ledger cannot view through NumPy (on a GPU, or without NumPy) are added to as tensors and
-    their values kept host-side (no device read per batch): the counts, the padding cut and the value are the same.
+def test_counters_on_the_device_path_count_the_same(kind: str) -> None:
+    """On the device path the ledger adds to its counter states in place and keeps their values host-side (no device
+    read per batch): the counts, the padding cut and the value are those of the CPU path.
     """
-
-    def no_view(self: torch.Tensor) -> Any:
-        msg = "Numpy is not available"
-        raise RuntimeError(msg)
-
     names = ("rows_seen", "padding_dropped") if kind == "auroc" else ("varlen_rows", "varlen_padding")
     # 10 rows end the pass; 12 run 2 past it, cut and counted, which one process never pads (88ed689): compute()
     # raises naming the 2, so the padding counter is read too
     for end, padding in ((10, 0), (12, 2)):
         with_view = _makers()[kind](10)
-        with monkeypatch.context() as patch:
-            patch.setattr(torch.Tensor, "numpy", no_view)
+        with force_device_path():
             without = _makers()[kind](10)
             for start in range(0, end, 3):
                 without.update(*_batch(kind, slice(start, min(start + 3, end))))
-            assert all(entry[1] is None for entry in without._ledger._views.values())
+            assert without._ledger.position(without) == end
         for start in range(0, end, 3):
             with_view.update(*_batch(kind, slice(start, min(start + 3, end))))
         for m in (with_view, without):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +11,6 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
-from torchmetrics_varlen._core.batch import run_update, wrap_update
 from torchmetrics_varlen._core.dedup import SyncReport
 from torchmetrics_varlen._core.ledger import Ledger, warning_compute
 from torchmetrics_varlen._core.seam import Agreed, Gathered, GuardedMetric, Payload, fresh_lists
@@ -165,27 +163,6 @@ class Varlen(GuardedMetric):
 
     # ------------------------------------------------------------------ update
 
-    def _wrap_update(self, update: Callable[..., Any]) -> Callable[..., Any]:
-        """Torchmetrics' update wrapper (``_computed`` cleared, the count, the grad mode, its device error, the move to
-        the CPU) around :meth:`update`, without its per-call cost: the attributes are written directly, the grad mode
-        is set only when it differs, and :meth:`update`'s body runs inside it.
-        """
-        if getattr(update, "__func__", None) is not Varlen.update or getattr(update, "__self__", None) is not self:
-            return wrap_update(self, update)  # a subclass's own update
-
-        @functools.wraps(update)
-        def wrapped_update(*args: Any, sample_ids: Tensor | None = None, **kwargs: Any) -> None:
-            state = self.__dict__
-            state["_computed"] = None
-            state["_update_count"] += 1
-            try:
-                run_update(self, self._intake, (args, kwargs, sample_ids, None), {})
-            except BaseException:
-                state["_update_count"] -= 1  # the failed call does not count as an update
-                raise
-
-        return wrapped_update
-
     def update(self, *args: Any, sample_ids: Tensor | None = None, **kwargs: Any) -> None:
         """Drop the batch's sampler padding (``dataset_size``) or record its ids, then update the wrapped metric.
 
@@ -318,7 +295,7 @@ class Varlen(GuardedMetric):
         """The wrapped metric's value on every rank's samples (after the sync torchmetrics' wrapper runs)."""
         inner = self.metric
         local: dict[str, Any] = {}
-        if not self._is_synced:  # one process, or sync_on_compute=False: this rank's samples, de-duplicated by id
+        if not self._synced:  # one process, or sync_on_compute=False: this rank's samples, de-duplicated by id
             self._kept = None
             if self.varlen_ids:
                 local = {name: getattr(inner, name) for name in inner._defaults}

@@ -6,18 +6,14 @@ positions, padding cut, ids range and dedup mode are the ledger's (``_core/ledge
 
 from __future__ import annotations
 
-import functools
 import operator
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._compat import set_grad_mode
-from torchmetrics_varlen._core.columns import _ZEROS, columns, columns_shape, zeros_view
-from torchmetrics_varlen._core.held import hold, owned_state
+from torchmetrics_varlen._core.columns import columns, columns_shape
 from torchmetrics_varlen._core.seam import SHARED_SYNCS
 from torchmetrics_varlen.functional._count import binned_confmat, count_into
 from torchmetrics_varlen.functional._hist import histogram
@@ -47,7 +43,7 @@ def _mode_kept(metric: Any, name: str, given: bool) -> bool:
         summed: Tensor = getattr(metric, metric._summed)
         return (summed.dtype == torch.float64) == given
     column = getattr(metric, name)
-    if type(column) is list and not metric._is_synced:
+    if type(column) is list and not metric._synced:
         return bool(column) == given
     return False
 
@@ -210,67 +206,18 @@ def _store(
         expanded = {k: v[kept] for k, v in expanded.items()}
     if m._summed is None:
         append_rows(m, scores, labels, expanded)  # stored pieces merged as they arrive (below)
-    elif sample_weight is None and m._summed == "hist":
-        hold(m, scores, labels, target.dtype)  # 16-bit: small batches held, counted together (_core/held.py)
-    elif sample_weight is None:
-        count_into(m.mode, owned_state(m, m._summed), scores, labels, m.task, m.thresholds)
-    else:  # float64 sums of weights, added out of place (one addition order, whatever the batch sizes)
+    elif sample_weight is None:  # counted in place, as torchmetrics adds to its tensor states
+        count_into(m.mode, getattr(m, m._summed), scores, labels, m.task, m.thresholds)
+    else:  # float64 sums of weights (one addition order, whatever the batch sizes)
         # float64 even when no row of the batch survived the padding cut: the dtype records that the epoch is
         # weighted (stored_weight_mode), as the ranks were given it, not as the rows that stayed
         counted = _weighted_count(m, scores, labels, expanded["weight"])
-        setattr(m, m._summed, getattr(m, m._summed).to(torch.float64) + counted)
+        summed: Tensor = getattr(m, m._summed)
+        if summed.dtype == torch.float64:
+            summed += counted
+        else:  # the epoch's first weighted batch: the int64 zeros become float64 sums
+            setattr(m, m._summed, summed.to(torch.float64) + counted)
     return int(scores.shape[0])
-
-
-def device_error(metric: Any, err: RuntimeError) -> None:
-    """Raise torchmetrics' message for inputs on another device than the metric (its update wrapper's), if ``err``
-    is that case.
-    """
-    if "Expected all tensors to be on" in str(err):
-        name = type(metric).__name__
-        msg = (
-            "Encountered different devices in metric calculation (see stacktrace for details). This could be due to"
-            f" the metric class not being on the same device as input. Instead of `metric={name}(...)` try to do"
-            f" `metric={name}(...).to(device)` where device corresponds to the device of the input."
-        )
-        raise RuntimeError(msg) from err
-
-
-def run_update(metric: Any, update: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """The body of torchmetrics' update wrapper (``Metric._wrap_update``) after its two counters: ``update`` under the
-    metric's grad mode (set, and put back, only when it differs: what torchmetrics' ``set_grad_enabled`` context
-    does), its message for tensors on different devices, and the move of the list states to the CPU.
-    """
-    enable = metric._enable_grad
-    previous = torch.is_grad_enabled()
-    try:
-        if previous != enable:
-            set_grad_mode(enable)
-        update(*args, **kwargs)
-    except RuntimeError as err:
-        device_error(metric, err)
-        raise
-    finally:
-        if torch.is_grad_enabled() != previous:
-            set_grad_mode(previous)
-    if metric.compute_on_cpu:
-        metric._move_list_states_to_cpu()
-
-
-def wrap_update(metric: Any, update: Callable[..., Any]) -> Callable[..., Any]:
-    """Torchmetrics' update wrapper (``_computed`` cleared, the count, the grad mode, its device error, the move to
-    the CPU) around ``update``, its two attributes written as plain instance attributes (``Metric.__setattr__``
-    costs about a microsecond a call) and the grad mode set only when it differs.
-    """
-
-    @functools.wraps(update)
-    def wrapped_update(*args: Any, **kwargs: Any) -> None:
-        state = metric.__dict__
-        state["_computed"] = None
-        state["_update_count"] += 1
-        run_update(metric, update, args, kwargs)
-
-    return wrapped_update
 
 
 # ---------------------------------------------------------------- stored pieces, merged as they arrive
@@ -307,22 +254,6 @@ class PieceCount:
 
     def __init__(self) -> None:
         self.count, self.length = 0, -1
-
-
-def _zeros_merged(pieces: list[Tensor]) -> Tensor | None:
-    """The concatenation of ``pieces`` as a :func:`zeros_view` when every piece is a view of its device's current
-    shared zeros (then the concatenation is all zeros, int32, one dimension); ``None`` otherwise.
-    """
-    zeros = _ZEROS.get(pieces[0].device)
-    if zeros is None or any(p._base is not zeros for p in pieces):
-        return None
-    return zeros_view(sum(p.shape[0] for p in pieces), zeros.device)
-
-
-def _merged(pieces: list[Tensor]) -> Tensor:
-    """The concatenation of ``pieces`` (a shared zeros view when they all are one)."""
-    zeros = _zeros_merged(pieces)
-    return torch.cat(pieces) if zeros is None else zeros
 
 
 def append_rows(metric: Any, scores: Tensor, labels: Tensor, columns: dict[str, Tensor]) -> None:
@@ -373,7 +304,7 @@ def _merge_tail(lists: list[list[Tensor]]) -> bool:
     if sum(map(Tensor.numel, first[-FAN_IN:])) > MAX_ELEMENTS:
         return False
     try:
-        merged = [_merged(s[-FAN_IN:]) for s in lists]
+        merged = [torch.cat(s[-FAN_IN:]) for s in lists]
     except (RuntimeError, TypeError):  # not concatenable (shapes, devices): they stay as they are
         return False
     for s, piece in zip(lists, merged, strict=True):

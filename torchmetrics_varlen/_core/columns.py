@@ -9,27 +9,10 @@ import math
 import torch
 from torch import Tensor
 
-_ZEROS: dict[torch.device, Tensor] = {}  # per device: the shared int32 zeros the views below are made of
-_ZERO_VIEWS: dict[tuple[torch.device, int], Tensor] = {}  # the views handed out, by device and length
 
-
-def zeros_view(n: int, device: torch.device) -> Tensor:
-    """``n`` int32 zeros (the ``ids_sub`` of one-element samples): a view of one shared buffer per device, not an
-    allocation per batch (stored pieces are never modified in place); the view itself is made once per length.
-    Pieces that are all such views merge into one such view (:func:`_merge_tail`), without a copy.
-    """
-    view = _ZERO_VIEWS.get((device, n))
-    if view is not None:
-        return view
-    zeros = _ZEROS.get(device)
-    if zeros is None or zeros.numel() < n:
-        size = max(n, 4096, 2 * zeros.numel() if zeros is not None else 0)
-        zeros = _ZEROS[device] = torch.zeros(size, dtype=torch.int32, device=device)
-        _ZERO_VIEWS.clear()  # views of the old buffer are not handed out again (they no longer merge as views)
-    if len(_ZERO_VIEWS) >= 256:  # many batch sizes: start over rather than grow without bound
-        _ZERO_VIEWS.clear()
-    view = _ZERO_VIEWS[(device, n)] = zeros[:n]
-    return view
+def zeros(n: int, device: torch.device) -> Tensor:
+    """``n`` int32 zeros: the ``ids_sub`` of one-element samples."""
+    return torch.zeros(n, dtype=torch.int32, device=device)
 
 
 def columns_shape(task: str, preds: Tensor, target: Tensor) -> torch.Size:
@@ -45,7 +28,7 @@ def _per_element(values: Tensor, shape: torch.Size) -> tuple[Tensor, Tensor]:
     """Expand per-row ``values`` over a sample shape: ``(flat values, position within the row)``."""
     if values.shape == shape:
         flat = values if values.ndim == 1 else values.reshape(-1)
-        return flat, zeros_view(flat.shape[0], flat.device)
+        return flat, zeros(flat.shape[0], flat.device)
     width = math.prod(shape[1:])
     flat = values.repeat_interleave(width)
     sub = torch.arange(width, dtype=torch.int32, device=values.device).repeat(shape[0])
@@ -61,7 +44,7 @@ def expand_per_sample(
         if ids.dtype != torch.int64 or ids.device != device:
             ids = ids.to(device=device, dtype=torch.int64)
         if ids.ndim == 1 and ids.shape == shape:
-            return {"ids": ids, "ids_sub": zeros_view(ids.shape[0], device)}
+            return {"ids": ids, "ids_sub": zeros(ids.shape[0], device)}
         flat, sub = _per_element(ids, shape)
         return {"ids": flat, "ids_sub": sub}
     per_row = dict(extras)
@@ -98,5 +81,5 @@ def columns(
         and preds.ndim == 1
         and ids.shape == preds.shape
     ):
-        return {"ids": ids, "ids_sub": zeros_view(ids.shape[0], _CPU)}
+        return {"ids": ids, "ids_sub": zeros(ids.shape[0], _CPU)}
     return expand_per_sample(extras, ids, columns_shape(task, preds, target), preds.device)

@@ -14,10 +14,9 @@ it is the rule of a ``DistributedSampler`` over the samples not dealt yet.
 
 **Counters.** A host's counters (rows seen, padding dropped, rejected rows, stored samples) are plain 0-dim int64
 tensor states: summed by the sync, reset by ``reset()``, saved in ``state_dict``, shared by a compute group, and read
-as they are (reading one writes nothing). Each batch adds to them in place, once, when the ledger closes the batch
-(:meth:`Ledger.batch`); on the CPU through a NumPy view of the tensor (a tensor operation per counter and batch would
-cost more than the rest of a small batch's ``update()``). The first write into a tensor the ledger did not make (after
-``reset()``, a load, a sync, or in a copy whose storage may be shared with other processes) clones it first.
+as they are (reading one writes nothing). Each batch adds to them in place (``state += n``), once, when the ledger
+closes the batch (:meth:`Ledger.batch`); a metric's copies and loaded states own their tensors
+(``own_tensor_states`` in ``_core/seam.py``). On the device path the ledger keeps their values on the host too.
 
 **Batches.** Every intake (the package's metrics, ``Varlen``, ``VarlenCollection``) takes a batch through
 :meth:`Ledger.batch`: ``with ledger.batch(host, rows, start) as batch: ...`` gives the batch's sampler position,
@@ -118,16 +117,9 @@ class Ledger:
         self.persistent = False  # for a ledger that keeps its own counters (the host's states decide otherwise)
         self.warned = False
         self.dealt = 0  # rows of every batch this process gave the ledger (taken or refused), never reset
-        # per counter: [the tensor this ledger made, its NumPy view (CPU), its memory address, its value (None: not
-        # read yet, on the device path)]
-        self._views: dict[str, list[Any]] = {}
-        # per counter on the device path: (a tensor this ledger did not make, its version, its value), so that a value
-        # is read back from the device once, not per batch (``position()`` reads two counters with ``dataset_size``)
+        # per counter on the device path: (the tensor, its version, its value), so that a value is read back from the
+        # device once, not per batch (``position()`` reads two counters with ``dataset_size``)
         self._known: dict[str, tuple[Tensor, int, int]] = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Without the views: a copy makes its own (its tensors are other objects; a view would write elsewhere)."""
-        return {**self.__dict__, "_views": {}, "_known": {}}
 
     # ------------------------------------------------------------------ counters and positions
 
@@ -148,37 +140,14 @@ class Ledger:
             self.add(host, self.counters[2], rows)
 
     def add(self, host: Any, name: str, n: int) -> None:
-        """Add ``n`` to the host's counter state ``name``, in place (the first write into a tensor the ledger did not
-        make clones it: module docstring).
+        """Add ``n`` to the host's counter state ``name`` in place (``state += n``, as torchmetrics' metrics add to
+        their states); on the device path its value stays known here, so that reading it needs no device read.
         """
-        value = host.__dict__[name]
-        entry = self._views.get(name)
-        # the view is valid while the tensor keeps its memory (``share_memory_()``, as pickling for another process
-        # does, moves it: then the tensor is shared, and cloned like any tensor this ledger did not make)
-        if entry is None or entry[0] is not value or value.data_ptr() != entry[2]:
-            entry = self._own(host, name, value)
-        view = entry[1]
-        if view is not None:
-            view[()] += n
-        else:  # the device path: added there (reading it back would wait for the device)
-            entry[0].add_(n)
-        if entry[3] is not None:
-            entry[3] += n  # its value, kept here too
-
-    def _own(self, host: Any, name: str, value: Tensor) -> list[Any]:
-        mine = value.detach().clone()
-        setattr(host, name, mine)
-        view, known = None, None
-        if not on_device(mine):
-            try:
-                view = mine.numpy()
-            except (RuntimeError, TypeError):  # no NumPy: tensor additions
-                view = None
-            known = int(mine)
-        else:  # its value if known without a read (zeroed by reset(), or read once already), else read when asked
-            known = self._known_value(name, value)
-        entry = self._views[name] = [mine, view, mine.data_ptr(), known]
-        return entry
+        value: Tensor = host.__dict__[name]
+        number = self._known_value(name, value) if on_device(value) else None
+        value += n
+        if number is not None:
+            self._remember(name, value, number + n)
 
     def _known_value(self, name: str, value: Tensor) -> int | None:
         """The value of ``value`` (the host's counter ``name``, a tensor this ledger did not make) when this ledger
@@ -200,12 +169,7 @@ class Ledger:
         """The value of the host's counter state ``name``: read from the host's memory on the CPU, read back from
         the device at most once per tensor on the device path (then kept here, as a Python int).
         """
-        value = host.__dict__[name]
-        entry = self._views.get(name)
-        if entry is not None and entry[0] is value:  # a tensor this ledger writes (moved memory keeps its value)
-            if entry[3] is None:
-                entry[3] = int(value)
-            return int(entry[3])
+        value: Tensor = host.__dict__[name]
         if not on_device(value):
             return int(value)
         number = self._known_value(name, value)

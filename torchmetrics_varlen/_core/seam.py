@@ -184,8 +184,7 @@ class GuardedMetric(Metric):
     _pending_sync: Gathered | None = None
     _sync_epoch: int = 0  # reset() calls so far (not forward()'s internal ones): the epoch of the metric's syncs
     _in_forward: int = 0  # forward() calls under way: their reset() is no new epoch, their value no evaluation
-    # (process id, summed state this metric made, its memory address: ``_core/held.py``)
-    _owned_sum: tuple[int, Tensor, int] | None = None
+    _synced = False  # whether the states are every rank's (from a sync until its unsync), as torchmetrics tracks it
 
     def _init_sync(self, sync_key: str | None) -> None:
         """Give the metric its sync identity: ``sync_key``, or its class and creation order (see ``guard.py``)."""
@@ -198,18 +197,18 @@ class GuardedMetric(Metric):
         self._sync_identity = new_identity(self._sync_base, self._sync_qualifier)
         self._pending_sync = None
 
-    def __getstate__(self) -> dict[str, Any]:
-        """As torchmetrics'; the copy owns none of the tensors it comes with. The source is left as it is: if pickling
-        for another process shares its summed state's storage, the storage moves, and the source then clones it
-        before its next in-place count (``_core/held.py``).
-        """
-        return {**super().__getstate__(), "_owned_sum": None}
-
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """A copy (``deepcopy``, ``clone``, unpickling in a spawned process) is a new metric: a new identity."""
+        """A copy (``deepcopy``, ``clone``, unpickling in a spawned process) is a new metric: a new identity, and
+        tensor states of its own (:func:`own_tensor_states`).
+        """
         super().__setstate__(state)
         self._sync_identity = new_identity(self._sync_base, getattr(self, "_sync_qualifier", ""))
-        self._owned_sum = None  # a copy owns none of the tensors it came with
+        own_tensor_states(self)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        """As torchmetrics'; the loaded tensor states are the metric's own (:func:`own_tensor_states`)."""
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        own_tensor_states(self)
 
     # ------------------------------------------------------------------ hooks
 
@@ -288,6 +287,7 @@ class GuardedMetric(Metric):
             raise
         finally:
             self._in_forward -= 1
+            self._synced = False  # torchmetrics' forward keeps the batch's synced value but not its states
 
     def _forward_rows(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
         """The rows (sampler positions) of a ``forward`` call's batch; ``None``: not known here."""
@@ -304,19 +304,7 @@ class GuardedMetric(Metric):
             self._sync_epoch += 1
         fresh_lists(self)
         super().reset()
-
-    def _copy_state_dict(self) -> dict[str, list[Tensor] | Tensor]:
-        """Shallow copies of the list states instead of torchmetrics' clone of every stored batch.
-
-        Stored batches are never modified in place (``reset()`` empties the list, not the tensors), so a new list
-        holding the same tensors is a faithful snapshot for ``unsync()`` and ``forward()``, without a second copy of
-        every prediction. Tensor states (counters, binned counts) are small: they are cloned.
-        """
-        return {
-            attr: list(value) if isinstance(value, list) else value.detach().clone()
-            for attr in self._defaults
-            for value in (getattr(self, attr),)
-        }
+        self._synced = False
 
     def _sync_dist(self, dist_sync_fn: Callable[..., Any] | None = None, process_group: Any | None = None) -> None:
         """One guarded check-in and one exchange (replaces torchmetrics' per-state gathers; ``dist_sync_fn`` is not
@@ -326,6 +314,13 @@ class GuardedMetric(Metric):
         result = pending if pending is not None else self._exchange(self._request(process_group))
         if result is not None:
             self._sync_receive(result)
+        self._synced = True
+
+    def unsync(self, should_unsync: bool = True) -> None:
+        """Torchmetrics' ``unsync``: the states are this rank's own again."""
+        super().unsync(should_unsync)
+        if should_unsync:
+            self._synced = False
 
     def _exchange(self, request: SyncRequest) -> Gathered | None:
         """Sync this metric's payload, or reuse the sync another compute-group member just did on these states.
@@ -381,7 +376,7 @@ class GuardedMetric(Metric):
                     warnings.filterwarnings("ignore", message=r"The ``compute`` method of metric", category=UserWarning)
                     return wrapped(*args, **kwargs)
             except BaseException:
-                if self._is_synced:
+                if self._synced:
                     self.unsync()
                 raise
             finally:
@@ -389,6 +384,18 @@ class GuardedMetric(Metric):
                 self._after_compute()
 
         return wrapped_compute
+
+
+def own_tensor_states(metric: Metric) -> None:
+    """Give ``metric`` tensor states of its own (clones), as the batches add to them in place (``state += n``, as
+    torchmetrics' metrics do): a metric unpickled in a process spawned per rank (its tensors may share one memory
+    across the ranks) and one loaded from a ``state_dict`` (whose tensors share memory with the saved metric's) would
+    otherwise count into another metric's states.
+    """
+    for name in metric._defaults:
+        value = metric.__dict__.get(name)
+        if isinstance(value, Tensor):
+            setattr(metric, name, value.clone())
 
 
 def fresh_lists(metric: Metric) -> None:

@@ -12,24 +12,17 @@ from torch import Tensor
 from torchmetrics import Metric
 
 # What torchmetrics' ``forward`` changes before it updates: its ``reset()`` empties the list states in place and
-# assigns new tensor states, and it sets the switches below; it puts them back only when the update and the batch's
-# compute succeed. ``forward_snapshot`` / ``restore_forward`` put them back when ``forward`` raises (a refused batch),
-# so that the states are exactly as before the call, as after a refused ``update``.
-_FORWARD_SWITCHES = (
-    "_update_count",
-    "_forward_cache",
-    "_to_sync",
-    "_should_unsync",
-    "_enable_grad",
-    "_is_synced",
-    "compute_on_cpu",
-)
+# assigns new tensor states, and it sets its switches (plain attributes); it puts them back only when the update and
+# the batch's compute succeed. ``forward_snapshot`` / ``restore_forward`` put every state and every plain attribute back
+# when ``forward`` raises (a refused batch), so that the metric is exactly as before the call, as after a refused
+# ``update``, without naming torchmetrics' switches.
 
 
 @dataclass
 class ForwardSnapshot:
     """The states of a metric before its ``forward`` (list states: the list and its items; tensors: the tensor, or a
-    copy of those written in place), its switches, and its ledger's count of rows dealt (``dealt``) and own counters.
+    copy of those written in place), its other plain attributes, and its ledger's count of rows dealt (``dealt``) and
+    own counters.
     """
 
     lists: dict[str, tuple[list[Any], list[Any]]]
@@ -60,7 +53,7 @@ def forward_snapshot(metric: Metric, counters_kept: bool = True) -> ForwardSnaps
             for name, value in values.items()
             if not isinstance(value, list)
         },
-        switches={name: state[name] for name in _FORWARD_SWITCHES if name in state},
+        switches={name: value for name, value in state.items() if name not in values},
         dealt=ledger.dealt if ledger is not None else 0,
         own=list(ledger.own) if ledger is not None and ledger.counters is None else None,
     )

@@ -28,7 +28,6 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._core.dedup import SyncReport, copy_scores, dedup_order
-from torchmetrics_varlen._core.held import HELD, count_held, counted_hist
 from torchmetrics_varlen._core.ledger import Ledger
 from torchmetrics_varlen._core.seam import Payload
 from torchmetrics_varlen._dist.exchange import (
@@ -75,7 +74,7 @@ class Host(Protocol):
     _config: dict[str, Any]
     _ledger: Ledger
     _in_forward: int
-    _is_synced: bool
+    _synced: bool
     compute_on_rank: int | None
     process_group: Any
 
@@ -176,20 +175,16 @@ class Summed(ComputeStrategy):
         """Declare the summed state, its default the zeros of the mode's layout."""
         default = empty_state(host.mode, host.task, host._width, n_thresholds)
         host.add_state(self.state, default=default, dist_reduce_fx="sum")
-        if self.state == "hist":  # the 16-bit mode's held batches (``_core/held.py``)
-            for name in HELD:
-                host.add_state(name, default=[], dist_reduce_fx="cat")
 
     def state_names(self, host: Host) -> tuple[str, ...]:
-        """No row states: the summed one (and the 16-bit mode's held batches)."""
-        return (self.state, *HELD) if self.state == "hist" else (self.state,)
+        """No row states: the summed one."""
+        return (self.state,)
 
     def payload(self, host: Host) -> Payload:
         """The summed state as float64 (counts below 2**53 exactly), so that ranks with weighted float64 sums and
         ranks that saw no batch yet (int64 zeros) agree on the dtype; unweighted counts come back as int64.
         """
-        # the 16-bit mode's held batches counted in (a copy: the states stay as they are)
-        state = counted_hist(host) if self.state == "hist" else cast(Tensor, getattr(host, self.state))
+        state = cast(Tensor, getattr(host, self.state))
         summed = {self.state: state.double()}
         device = summed[self.state].device
         return Payload(cat={}, device=device, summed=summed, info=self.info(host), modes=modes(host))
@@ -198,12 +193,6 @@ class Summed(ComputeStrategy):
         """The problems of the summed state (ordered and counted already)."""
         report(host, None)
         state = getattr(host, self.state)
-        if self.state == "hist":  # the 16-bit mode's held batches counted in
-            if host._in_forward:  # the batch's own states (merged into the epoch's after): counted for good
-                count_held(host)
-                state = getattr(host, self.state)
-            else:  # a copy: compute() changes no state
-                state = counted_hist(host)
         return counted_problems(host.mode, state, host._split, host.thresholds, with_scores)
 
     def weighted_problems(self, host: Host) -> list[WeightedProblem]:
@@ -225,9 +214,6 @@ def receive(host: Host, result: Gathered) -> None:
     summed = {k: v if weighted else v.to(torch.int64) for k, v in result.summed.items()}
     for key, value in {**result.cat, **summed}.items():
         setattr(host, key, value)
-    if "hist" in summed:  # the 16-bit mode: every rank's held batches are counted in the synced histogram
-        for key in HELD:
-            setattr(host, key, [])
     for key in _COUNTERS:
         setattr(host, key, host.num_samples.new_tensor(sum(i[key] for i in result.checked.info)))
     host._checked = result.checked
@@ -249,7 +235,7 @@ def strategy_compute(host: Host, compute: Compute) -> Compute:
     @functools.wraps(compute)
     def run(*args: Any, **kwargs: Any) -> Any:
         checked = host._checked
-        if not host._is_synced or checked is None:
+        if not host._synced or checked is None:
             return compute(*args, **kwargs)
         return host._strategy.compute(host, checked, compute, *args, **kwargs)
 
@@ -291,8 +277,8 @@ def report(host: Host, kept_samples: int | None, info: list[Info] | None = None)
     """Fill ``sync_report`` (not inside ``forward``); ``info`` (every rank's counters) when the caller synced them."""
     if host._in_forward:
         return
-    synced = host._is_synced or info is not None
-    if info is None and host._is_synced and host._synced_info:
+    synced = host._synced or info is not None
+    if info is None and host._synced and host._synced_info:
         info = host._synced_info
     host.sync_report = host._ledger.report(host, info, kept_samples, synced=synced)
 
@@ -309,7 +295,7 @@ def stored_dedup_mode(metric: Any) -> str | None:
     ledger: Ledger = metric._ledger
     if metric._summed is not None:
         return ledger.stored_mode(metric, "ids", False, bool(metric._update_count))
-    synced = metric._is_synced
+    synced = metric._synced
     return ledger.stored_mode(metric, "ids", _has_rows(metric.ids, synced), _has_rows(metric.preds, synced))
 
 
@@ -322,9 +308,8 @@ def stored_weight_mode(metric: Any) -> str | None:
     if not metric._takes_weights:
         return ledger.stored_mode(metric, "weights", False, bool(metric._update_count))
     if metric._summed is not None:
-        # the dtype only, read from the instance: held 16-bit batches stay held
         return ledger.stored_mode(metric, "weights", getattr(metric, metric._summed).dtype == torch.float64)
-    synced = metric._is_synced
+    synced = metric._synced
     return ledger.stored_mode(metric, "weights", _has_rows(metric.weight, synced), _has_rows(metric.preds, synced))
 
 

@@ -1,8 +1,7 @@
 """The batch transaction of :class:`~torchmetrics_varlen.Varlen`: check, cut and pass one batch to the wrapped
 metric, all or nothing (:func:`take_wrapped_batch`), with what every batch reuses from the first one
-(:class:`UpdatePlan`: the wrapped metric's update run with torchmetrics' bookkeeping, the growth check of its list
-states). What a batch is checked against is ``_core/wrapped.py``'s; the package's own metrics take theirs in
-``_core/batch.py``.
+(:class:`UpdatePlan`: the growth check of its list states). What a batch is checked against is
+``_core/wrapped.py``'s; the package's own metrics take theirs in ``_core/batch.py``.
 """
 
 from __future__ import annotations
@@ -15,8 +14,6 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from torchmetrics_varlen._compat import own_update
-from torchmetrics_varlen._core.batch import run_update
 from torchmetrics_varlen._core.ledger import Batch, Ledger
 from torchmetrics_varlen._core.snapshot import forward_snapshot, restore_forward
 from torchmetrics_varlen._core.states import ROW, stored_unit
@@ -50,13 +47,10 @@ class UpdatePlan:
     and the same ``update`` attribute (a copy re-wraps it; a metric may add states in its first update).
 
     - ``names``: its states (the lengths of its list states are all the rollback and the growth check need);
-    - ``custom``: its states reduced otherwise than by concatenation (``sample_ids`` need none);
-    - ``method``: the class's ``update`` when the attribute is torchmetrics' own update wrapper of it, on a metric that
-      sets its attributes as torchmetrics does (``None`` otherwise). Then the wrapper runs that method itself with
-      that wrapper's bookkeeping, once, instead of through two nested torchmetrics wrappers.
+    - ``custom``: its states reduced otherwise than by concatenation (``sample_ids`` need none).
     """
 
-    __slots__ = ("custom", "method", "names", "rows_units", "states", "wrapper")
+    __slots__ = ("custom", "names", "rows_units", "states", "wrapper")
 
     def __init__(self, inner: Metric) -> None:
         self.names = tuple(inner._defaults)
@@ -65,20 +59,6 @@ class UpdatePlan:
         self.states: Callable[[Metric], tuple[Any, ...]] = get if len(self.names) != 1 else lambda m: (get(m),)
         self.wrapper = inner.__dict__.get("update")
         self.custom = reductions_by_id(inner)
-        self.method: Callable[..., Any] | None = own_update(inner)  # ``_compat.py``: how it is recognised
-
-    def update(self, inner: Metric, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """The wrapped metric's update of one batch: its class's ``update`` with torchmetrics' bookkeeping when
-        ``method`` is known, else its ``update`` attribute.
-        """
-        method = self.method
-        if method is None:
-            inner.update(*args, **kwargs)
-            return
-        state = inner.__dict__
-        state["_computed"] = None
-        state["_update_count"] += 1
-        run_update(inner, method, args, kwargs)
 
     def sample_ids(self, sample_ids: Any, rows: int, inner: Metric, lengths: list[int]) -> Tensor:
         """``sample_ids`` checked (:func:`check_sample_ids`): an int64 vector of ``rows`` ids, for a metric whose states
@@ -205,7 +185,7 @@ def _pass_on(
         elif call is not None:
             value = call(*args, **kwargs)
         else:
-            plan.update(inner, args, kwargs)
+            inner.update(*args, **kwargs)
         units = host._units
         grown = plan.check_growth(inner, before, rows if ids is not None else None, units, host._id_count)
     except BaseException:

@@ -26,7 +26,6 @@ from torchmetrics_varlen._core.batch import (
     check_only,
     count_piece,
     take_batch,
-    wrap_update,
 )
 from torchmetrics_varlen._core.dedup import SyncReport
 from torchmetrics_varlen._core.ledger import Ledger, warning_compute
@@ -101,8 +100,6 @@ class _VarlenMetric(GuardedMetric):
     weight: list[Tensor]
     confmat: Tensor
     hist: Tensor
-    held_scores: list[Tensor]
-    held_labels: list[Tensor]
     num_samples: Tensor
     rows_seen: Tensor
     padding_dropped: Tensor
@@ -263,11 +260,6 @@ class _VarlenMetric(GuardedMetric):
         return self._strategy.problems(self, with_scores)
 
     # ------------------------------------------------------------------ batches
-
-    @torch.jit.unused
-    def _wrap_update(self, update: Callable[..., Any]) -> Callable[..., Any]:
-        """Torchmetrics' update wrapper, its bookkeeping written as plain attributes (``_core/batch.wrap_update``)."""
-        return wrap_update(self, update)
 
     def _dedup_mode(self) -> str | None:
         """``"ids"`` or ``"none"`` once the first batch decided it; ``None`` before any batch."""

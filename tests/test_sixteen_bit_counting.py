@@ -1,6 +1,6 @@
-"""The 16-bit mode holds small batches and counts them together (``_core/held.py``): no batch is lost, counted twice or
-counted after it was dropped, whatever counts, copies, resets, loads or syncs the state in between; reading a state
-writes nothing.
+"""The 16-bit mode counts every batch into its histogram state at once, in place (as torchmetrics adds to its tensor
+states): no batch is lost or counted twice, whatever copies, resets, loads or syncs the state in between (a copy, a
+pickle, a shared-memory pickle and a loaded metric count into tensors of their own); reading a state writes nothing.
 
 The reference histogram is an independent ``torch.bincount`` of the raw bit patterns of all the scores fed (the
 integers the state must hold); values are compared with scikit-learn on the rounded scores and with the metric fed
@@ -24,14 +24,12 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 from torchmetrics import MetricCollection
 
 import torchmetrics_varlen as tv
-from torchmetrics_varlen._core.held import HOLD, MAX_PIECES, count_held, counted_hist
 from torchmetrics_varlen.functional import _hist
 
 DTYPES = [torch.float16, torch.bfloat16]
-# Sizes that make every path run: many tiny batches (the piece limit), a run that crosses the size limit, a batch
-# too big to hold while others are held, and a tail still held at the end.
+# Many tiny batches, big ones (over 2**15 scores: the scatter of a big batch) and a tail of small ones.
 _gen = torch.Generator().manual_seed(5)
-SIZES = [*torch.randint(1, 40, (MAX_PIECES + 30,), generator=_gen).tolist(), 3000, 5000, HOLD + 7, 2, 9, 700, 1]
+SIZES = [*torch.randint(1, 40, (286,), generator=_gen).tolist(), 3000, 5000, (1 << 15) + 7, 2, 9, 700, 1]
 N = sum(SIZES)
 
 
@@ -57,10 +55,7 @@ def _reference(preds: torch.Tensor, target: torch.Tensor, dtype: torch.dtype) ->
 
 
 def _counted(metric: Any) -> torch.Tensor:
-    """The histogram with the held batches counted in (``count_held``: the explicit step the sync and ``compute`` run;
-    reading ``metric.hist`` alone counts nothing).
-    """
-    count_held(metric)
+    """The metric's histogram state, as anyone reads it."""
     return metric.hist
 
 
@@ -72,7 +67,7 @@ def _fed(make: Callable[[], Any], batches: list[tuple[Any, Any]]) -> Any:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_held_batches_count_every_score_once(dtype: torch.dtype) -> None:
+def test_batches_count_every_score_once(dtype: torch.dtype) -> None:
     """Read after every batch, the state holds exactly the batches fed so far; the value is scikit-learn's."""
     preds, target = _data()
     metric = tv.VarlenAUROC(thresholds=dtype)
@@ -80,7 +75,7 @@ def test_held_batches_count_every_score_once(dtype: torch.dtype) -> None:
     for i, (p, t) in enumerate(_batches(preds, target)):
         metric.update(p, t)
         start += p.shape[0]
-        if i % 37 == 0 or p.shape[0] > 100:  # counted now and then: what is held counts once
+        if i % 37 == 0 or p.shape[0] > 100:
             assert torch.equal(_counted(metric), _reference(preds[:start], target[:start], dtype))
     assert torch.equal(_counted(metric), _reference(preds, target, dtype))
     assert torch.equal(_counted(metric), _reference(preds, target, dtype))  # a second read adds nothing
@@ -91,7 +86,7 @@ def test_held_batches_count_every_score_once(dtype: torch.dtype) -> None:
     assert torch.equal(metric.compute(), whole.compute())
 
 
-def test_held_batches_in_any_order_give_the_same_state() -> None:
+def test_batches_in_any_order_give_the_same_state() -> None:
     preds, target = _data()
     batches = _batches(preds, target)
     forward = _fed(lambda: tv.VarlenAveragePrecision(thresholds=torch.bfloat16), batches)
@@ -102,41 +97,44 @@ def test_held_batches_in_any_order_give_the_same_state() -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_reset_drops_what_is_held(dtype: torch.dtype) -> None:
-    """Batches held before ``reset()`` are gone with it; those after it count once."""
+def test_reset_drops_what_was_counted(dtype: torch.dtype) -> None:
+    """Batches counted before ``reset()`` are gone with it; those after it count once."""
     preds, target = _data()
     batches = _batches(preds, target)
-    metric = _fed(lambda: tv.VarlenAUROC(thresholds=dtype), batches[:50])  # 50 small batches: all held
+    metric = _fed(lambda: tv.VarlenAUROC(thresholds=dtype), batches[:50])  # 50 small batches
     metric.reset()
     for p, t in batches[50:]:
         metric.update(p, t)
     tail = sum(p.shape[0] for p, _ in batches[:50])
     assert torch.equal(_counted(metric), _reference(preds[tail:], target[tail:], dtype))
     metric.update(*batches[0])
-    metric.reset()  # a reset right after a held batch, then nothing: an empty state
+    metric.reset()  # a reset right after a batch, then nothing: an empty state
     assert not _counted(metric).any()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_state_dict_round_trip_with_held_batches(dtype: torch.dtype) -> None:
-    """``state_dict`` sees the held batches; loading replaces the state and whatever the loading metric held."""
+def test_state_dict_round_trip(dtype: torch.dtype) -> None:
+    """Loading replaces the state and whatever the loading metric held; the two metrics then count apart (the saved
+    ``state_dict``'s tensors share memory with the saved metric's states).
+    """
     preds, target = _data()
     batches = _batches(preds, target)
     saved = _fed(lambda: tv.VarlenAUROC(thresholds=dtype), batches[:100])
     saved.persistent(True)
     state = saved.state_dict()
-    loaded = _fed(lambda: tv.VarlenAUROC(thresholds=dtype), batches[100:103])  # held: replaced by the load
+    loaded = _fed(lambda: tv.VarlenAUROC(thresholds=dtype), batches[100:103])  # replaced by the load
     loaded.persistent(True)
     loaded.load_state_dict(state)
     for metric in (saved, loaded):
         for p, t in batches[100:]:
             metric.update(p, t)
     assert torch.equal(_counted(loaded), _reference(preds, target, dtype))
+    assert torch.equal(_counted(saved), _reference(preds, target, dtype))
     assert torch.equal(saved.compute(), loaded.compute())
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_copies_and_pickles_with_held_batches(dtype: torch.dtype) -> None:
+def test_copies_and_pickles_count_apart(dtype: torch.dtype) -> None:
     """A clone after every batch, a deep copy, a pickle and a shared-memory pickle (what ddp_spawn sends each rank)
     each hold the batches fed so far, once; the original and the copies go on independently.
     """
@@ -166,7 +164,7 @@ def test_copies_and_pickles_with_held_batches(dtype: torch.dtype) -> None:
 
 
 def test_inputs_changed_in_place_after_update_change_nothing() -> None:
-    """A held batch is a copy: a caller that refills its input tensors (16-bit scores, bool labels) changes nothing."""
+    """A caller that refills its input tensors (16-bit scores, bool labels) after ``update`` changes nothing."""
     preds, target = _data(600, 2)
     half, labels = preds.to(torch.bfloat16), target.bool()
     metric = tv.VarlenAUROC(thresholds=torch.bfloat16)
@@ -180,7 +178,7 @@ def test_inputs_changed_in_place_after_update_change_nothing() -> None:
     assert torch.equal(_counted(metric), _reference(preds, target, torch.bfloat16))
 
 
-def test_forward_and_multiclass_multilabel_hold_exactly() -> None:
+def test_forward_and_multiclass_multilabel_count_exactly() -> None:
     """``forward`` per batch (its batch value and the epoch's), multiclass and multilabel with ``ignore_index``."""
     gen = torch.Generator().manual_seed(3)
     n, c = 800, 4
@@ -209,7 +207,7 @@ def test_forward_and_multiclass_multilabel_hold_exactly() -> None:
         assert torch.equal(batched.compute(), exact.compute())
 
 
-def test_collection_compute_groups_see_held_batches() -> None:
+def test_collection_compute_groups_see_every_batch() -> None:
     """A ``MetricCollection`` compares states to form compute groups after the first batch and shares them after
     each: float16 and bfloat16 histograms must not be grouped, and every member's value is its own.
     """
@@ -229,9 +227,9 @@ def test_collection_compute_groups_see_held_batches() -> None:
         assert torch.equal(values[key], alone.compute()), key
 
 
-def case_held_sync(rank: int, world: int, dtype_name: str) -> list[float]:
-    """Rank r feeds its share in small batches (r = 1 nothing but a held tail), syncs with batches still held,
-    then goes on and syncs again; ``forward`` in between.
+def case_small_batch_sync(rank: int, world: int, dtype_name: str) -> list[float]:
+    """Rank r feeds its share in small batches (r = 1 only 20 rows), syncs, then goes on and syncs again; ``forward``
+    in between.
     """
     dtype = getattr(torch, dtype_name)
     preds, target = _data(3000, 7)
@@ -248,13 +246,13 @@ def case_held_sync(rank: int, world: int, dtype_name: str) -> list[float]:
 
 
 @pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
-def test_held_batches_sync_across_two_ranks(pool: DistPool, dtype_name: str) -> None:
+def test_small_batches_sync_across_two_ranks(pool: DistPool, dtype_name: str) -> None:
     dtype = getattr(torch, dtype_name)
     preds, target = _data(3000, 7)
     first = f32(roc_auc_score(target, preds.to(dtype).double()))
     union_p, union_t = torch.cat([preds, preds[:20]]), torch.cat([target, target[:20]])
     second = f32(roc_auc_score(union_t, union_p.to(dtype).double()))
-    for values in pool.values(case_held_sync, 2, dtype_name):
+    for values in pool.values(case_small_batch_sync, 2, dtype_name):
         assert values == pytest.approx([first, second], abs=1e-12)
 
 
@@ -301,22 +299,17 @@ def test_class_histogram_into_is_the_one_hot_count() -> None:
 
 
 def test_reading_the_states_writes_nothing() -> None:
-    """``hist`` and the held batches are plain states: reading them (as torchmetrics, Lightning or a user does) changes
-    neither; ``compute()`` (and the sync) count the held batches into a copy, so it changes neither either, and the
-    value is the one of all batches.
+    """``hist`` is a plain state: reading it (as torchmetrics, Lightning or a user does) changes nothing, nor does
+    ``compute()``; the value is the one of all batches.
     """
     preds, target = _data(640, 8)
     metric = tv.VarlenAUROC(thresholds=torch.bfloat16)
     for start in range(0, 640, 64):
         metric.update(preds[start : start + 64], target[start : start + 64])
-    hist, held = metric.hist.clone(), [p.clone() for p in metric.held_scores]
-    assert len(held) == 10
-    assert not hist.any()
+    hist = metric.hist.clone()
+    assert torch.equal(hist, _reference(preds, target, torch.bfloat16))
     for _ in range(2):
         assert torch.equal(metric.hist, hist)
-        assert [p.shape for p in metric.held_scores] == [p.shape for p in held]
     rounded = preds.to(torch.bfloat16).double()
     assert float(metric.compute()) == pytest.approx(f32(roc_auc_score(target, rounded)), abs=1e-12)
     assert torch.equal(metric.hist, hist)
-    assert [p.shape for p in metric.held_scores] == [p.shape for p in held]
-    assert torch.equal(counted_hist(metric), _reference(preds, target, torch.bfloat16))
