@@ -39,8 +39,8 @@ def _rank(rank: int, world: int, port: int, repeats: int, out: Any) -> None:
     store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=datetime.timedelta(seconds=120))
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
     from torchmetrics_varlen import VarlenAUROC
+    from torchmetrics_varlen._dist.checkin import check_in
     from torchmetrics_varlen._dist.group import GroupLayout
-    from torchmetrics_varlen._dist.guard import check_in
 
     layout = GroupLayout.of(None)
     metric = VarlenAUROC(sync_timeout=60)
@@ -92,8 +92,8 @@ def _bare(store: Any, world: int, key: str) -> None:
 
 
 def _ours(store: Any, world: int, rank: int, key: str) -> None:
+    from torchmetrics_varlen._dist.checkin import Scope, check_in
     from torchmetrics_varlen._dist.group import GroupLayout
-    from torchmetrics_varlen._dist.guard import Scope, check_in
 
     layout = GroupLayout(None, rank, world, "sim", tuple(range(world)))
     check_in(

@@ -1,4 +1,4 @@
-"""Stored batches are merged as they arrive (``_core/batch.py``): the number of stored pieces stays small whatever the
+"""Stored batches are merged as they arrive (``_core/intake.py``): the number of stored pieces stays small whatever the
 batch size, and every value is the bits of the same data in one piece (or, with mixed float widths, of the same
 pieces never merged). Single process, and on 2 / 3 gloo ranks for every way to sync.
 """
@@ -20,7 +20,7 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 from torchmetrics import MetricCollection
 
 import torchmetrics_varlen as tv
-from torchmetrics_varlen._core import batch as _coalesce
+from torchmetrics_varlen._core import intake as _coalesce
 
 C = 4
 ROW_STATES = ("preds", "target", "ids", "ids_sub", "weight", "groups")

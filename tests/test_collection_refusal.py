@@ -134,7 +134,7 @@ def test_a_refused_batch_on_one_rank_leaves_every_epoch_exact(pool: DistPool, ca
 
 def test_the_checks_run_once_per_member_and_batch(monkeypatch: Any) -> None:
     """The members' own updates use the check made before (the same tensors): a batch is validated once."""
-    import torchmetrics_varlen._core.batch as intake
+    import torchmetrics_varlen._core.intake as intake
 
     calls = []
     original = intake.check_batch

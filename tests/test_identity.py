@@ -189,15 +189,15 @@ def case_two_jobs_on_one_store(rank: int, world: int, kind: str) -> list[Any]:
     """Two jobs one after the other on one store: the second's processes are fresh (simulated by forgetting every
     per-process counter), so only the store can tell them apart.
     """
-    from torchmetrics_varlen._dist import guard
+    from torchmetrics_varlen._dist import checkin
 
     store = harness_store()
     out: list[Any] = []
     for job in range(2):
         if job:
-            guard._SCOPES.clear()  # a new process knows nothing of the old job
+            checkin._SCOPES.clear()  # a new process knows nothing of the old job
             reinit_default_group(store, rank, world, f"job/{kind}")
-        guard._scope().created.clear()  # and creates its metrics with the same identities as the old job
+        checkin._scope().created.clear()  # and creates its metrics with the same identities as the old job
         out += _round(rank, world, kind, 20 + 10 * job)
     return out
 

@@ -20,7 +20,7 @@ from torchmetrics_varlen._core.columns import columns as _columns
 from torchmetrics_varlen._core.columns import columns_shape as sample_shape
 from torchmetrics_varlen._core.columns import expand_per_sample
 from torchmetrics_varlen._core.columns import zeros as _zeros
-from torchmetrics_varlen.functional._tasks import (
+from torchmetrics_varlen.functional._validation import (
     _score_range,
     check_inputs,
     host_pair,

@@ -101,7 +101,7 @@ CLASSES = sorted(
 @pytest.mark.parametrize("module", CLASSES)
 def test_classes_reach_the_transport_through_the_core(module: str) -> None:
     """The metric classes, ``Varlen`` and ``VarlenCollection`` import nothing of ``_dist``: the core
-    (``_core/seam.py`` and the strategies) is their one way to the transport.
+    (``_core/guarded_sync.py`` and the strategies) is their one way to the transport.
     """
     transport = {m for m in _imports(MODULES[module]) if m.startswith("torchmetrics_varlen._dist")}
     assert not transport, f"{module} imports {sorted(transport)}"
@@ -119,6 +119,25 @@ def test_internals_example_runs() -> None:
     page = (PACKAGE.parent / "docs" / "pages" / "internals.md").read_text()
     code = page.split("```python\n", 1)[1].split("```", 1)[0]
     exec(compile(code, "internals.md", "exec"), {})
+
+
+def test_internals_names_files_that_exist() -> None:
+    """Every file docs/pages/internals.md names (in backticks, or as a path in its diagrams) exists, and every module
+    of ``_core/`` has its row in the map: the map cannot drift from the tree (issue #38).
+    """
+    import re
+
+    root = PACKAGE.parent
+    page = (root / "docs" / "pages" / "internals.md").read_text()
+    named = set(re.findall(r"`([\w/.]+\.py)`", page))
+    named |= set(re.findall(r"\b((?:_core|_dist|functional|classification)/\w+\.py)", page))
+    assert len(named) > 20  # the parse found the map
+    bases = (root, PACKAGE, PACKAGE / "_core", PACKAGE / "functional")  # `dedup.py`-style names in a row of _core/
+    missing = sorted(name for name in named if not any((base / name).is_file() for base in bases))
+    assert not missing, f"internals.md names files that do not exist: {missing}"
+    mapped = {n for n in named if n.startswith("_core/")}
+    modules = {f"_core/{p.name}" for p in (PACKAGE / "_core").glob("*.py") if p.name != "__init__.py"}
+    assert not modules - mapped, f"_core modules missing from internals.md: {sorted(modules - mapped)}"
 
 
 def test_no_descriptor_or_setattr_override_on_the_metric_side() -> None:

@@ -122,7 +122,7 @@ def test_count_into_adds_the_integers_count_adds(task: str, thresholds: Any) -> 
     batches below and above the sparse / dense switch.
     """
     from torchmetrics_varlen.functional._count import CountMode, count, count_into, empty_state, threshold_tensor
-    from torchmetrics_varlen.functional._tasks import format_inputs
+    from torchmetrics_varlen.functional._validation import format_inputs
 
     kind = {"binary": "logits", "multiclass": "multiclass", "multilabel": "multilabel"}[task]
     preds, target = _data(kind)

@@ -22,7 +22,7 @@ from torchmetrics.classification import BinaryAccuracy
 
 import torchmetrics_varlen as tv
 from torchmetrics_varlen import Varlen, VarlenCollection
-from torchmetrics_varlen._core.seam import _fingerprint, _unchanged
+from torchmetrics_varlen._core.guarded_sync import _fingerprint, _unchanged
 
 N = 300
 

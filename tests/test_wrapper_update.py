@@ -19,7 +19,7 @@ from torchmetrics.classification import BinaryAccuracy, BinaryAUROC, BinaryF1Sco
 from torchmetrics.utilities.data import dim_zero_cat
 
 from torchmetrics_varlen import Varlen, VarlenAUROC, VarlenAveragePrecision, VarlenCollection
-from torchmetrics_varlen.functional._tasks import int_ends
+from torchmetrics_varlen.functional._validation import int_ends
 
 SCORES = torch.tensor([0.9, 0.2, 0.6, 0.3, 0.8, 0.1, 0.7, 0.4])
 LABELS = torch.tensor([1, 0, 1, 0, 0, 1, 1, 0])

@@ -2,7 +2,7 @@
 
 from torchmetrics_varlen import classification
 from torchmetrics_varlen._core.checkpoint import load_rank_states
-from torchmetrics_varlen._core.dedup import SyncReport
+from torchmetrics_varlen._core.report import SyncReport
 from torchmetrics_varlen.classification import *  # noqa: F403  (the metric classes: `classification.__all__`)
 from torchmetrics_varlen.collection import VarlenCollection
 from torchmetrics_varlen.distributed import MetricSyncError, gather_varlen

@@ -8,10 +8,7 @@ from typing import Any
 from torchmetrics import Metric, MetricCollection
 from torchmetrics.wrappers.abstract import WrapperMetric
 
-from torchmetrics_varlen._core.dedup import SyncReport
-from torchmetrics_varlen._core.joint import EpochState, share_states, sync_together
-from torchmetrics_varlen._core.ledger import Ledger
-from torchmetrics_varlen._core.seam import (
+from torchmetrics_varlen._core.guarded_sync import (
     GroupLayout,
     GuardedMetric,
     Payload,
@@ -20,9 +17,12 @@ from torchmetrics_varlen._core.seam import (
     leave_epoch,
     new_identity,
 )
-from torchmetrics_varlen._core.snapshot import forward_snapshot, restore_forward
+from torchmetrics_varlen._core.joint import share_states, sync_together
+from torchmetrics_varlen._core.ledger import Ledger
+from torchmetrics_varlen._core.report import SyncReport
+from torchmetrics_varlen._core.rollback import forward_snapshot, restore_forward
 from torchmetrics_varlen._core.wrapped import batch_rows, cut_batch, inner_config
-from torchmetrics_varlen.functional._tasks import validate_dedup_and_timeout
+from torchmetrics_varlen.functional._validation import validate_dedup_and_timeout
 from torchmetrics_varlen.wrappers import Varlen
 
 _LEDGER = "#ledger."  # the prefix of the collection's counters in its first part's metadata
@@ -43,6 +43,24 @@ def _adopt(name: str, metric: Metric) -> Metric:
         )
         raise TypeError(msg)
     return Varlen(metric)
+
+
+class EpochState:
+    """What a :class:`VarlenCollection` tracks within an epoch, written per batch: the dedup mode its first accepted
+    batch decided, the version of its states (for the joint sync), whether an ``update`` is under way, and every
+    rank's counters from the last joint sync. A plain object (its fields are set without ``nn.Module.__setattr__``).
+    """
+
+    __slots__ = ("in_update", "ledger_info", "member_epochs", "mode", "version")
+
+    def __init__(self) -> None:
+        self.mode: str | None = None
+        # each member's guarded metrics and their ``_sync_epoch`` when the epoch's first batch reached them: a member
+        # whose count moved on was reset on its own (Lightning's ``log_dict(collection)`` resets every member)
+        self.member_epochs: list[tuple[Any, int]] | None = None
+        self.version = 0  # update() / forward() calls since the epoch began: changes whenever the states do
+        self.in_update = False
+        self.ledger_info: list[dict[str, int]] | None = None
 
 
 class VarlenCollection(MetricCollection):

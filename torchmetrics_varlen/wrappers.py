@@ -11,9 +11,9 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
-from torchmetrics_varlen._core.dedup import SyncReport
+from torchmetrics_varlen._core.guarded_sync import Agreed, Gathered, GuardedMetric, Payload, fresh_lists
 from torchmetrics_varlen._core.ledger import Ledger, warning_compute
-from torchmetrics_varlen._core.seam import Agreed, Gathered, GuardedMetric, Payload, fresh_lists
+from torchmetrics_varlen._core.report import SyncReport
 from torchmetrics_varlen._core.states import (
     UNITS,
     as_rows,
@@ -30,7 +30,7 @@ from torchmetrics_varlen._core.wrapped import (
     unsynced,
     wrappable,
 )
-from torchmetrics_varlen._core.wrapped_batch import UpdatePlan, take_wrapped_batch
+from torchmetrics_varlen._core.wrapped_intake import UpdatePlan, take_wrapped_batch
 
 _OWN: tuple[str, str, str, str] = ("varlen_ids", "varlen_rows", "varlen_padding", "varlen_rejected")
 _IDS = "#ids"  # the wire name of the ids (never a state name of the wrapped metric)
@@ -110,7 +110,7 @@ class Varlen(GuardedMetric):
             self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self._proxied: set[str] = set()
         self._units: dict[str, str] = {}  # with ids: what each list state of the metric holds per sample (ROW ...)
-        self._plan: UpdatePlan | None = None  # what every batch reuses (``_core/wrapped_batch.py``; not pickled)
+        self._plan: UpdatePlan | None = None  # what every batch reuses (``_core/wrapped_intake.py``; not pickled)
         self._ledger = Ledger(self._sync_name_of(metric), dataset_size, _OWN[1:])
         self._mirror()
         self._init_sync(sync_key)
@@ -194,7 +194,7 @@ class Varlen(GuardedMetric):
     def _intake(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], sample_ids: Tensor | None, call: Callable[..., Any] | None
     ) -> Any:
-        """Check, cut and pass one batch to the wrapped metric, all or nothing (``_core/wrapped_batch.py``)."""
+        """Check, cut and pass one batch to the wrapped metric, all or nothing (``_core/wrapped_intake.py``)."""
         return take_wrapped_batch(self, args, kwargs, sample_ids, call)
 
     def _id_count(self) -> int:

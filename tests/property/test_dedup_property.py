@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from torchmetrics_varlen._core.dedup import dedup_by_id
-from torchmetrics_varlen._core.ledger import sampler_kept_rows
+from torchmetrics_varlen._core.padding import sampler_kept_rows
 
 pytestmark = pytest.mark.property
 SETTINGS = settings(max_examples=300, deadline=None)

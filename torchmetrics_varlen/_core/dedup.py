@@ -1,57 +1,14 @@
-"""Pure dedup functions: which samples are real. No ``torch.distributed``, no metric.
+"""De-duplication by sample id: which copy of a sample is kept. Pure functions, no ``torch.distributed``, no metric.
 
-Two rules:
-
-- **Sampler padding** (``dataset_size=N``): ``DistributedSampler`` deals sample ``j`` of rank ``r`` (of ``W``) from
-  global position ``j * W + r`` of its (possibly shuffled) index list and pads the list to a multiple of ``W`` by
-  repeating its head. Positions ``>= N`` are the padding. Each rank knows ``j``, ``r`` and ``W`` at update time, so
-  the padding is dropped before it is ever stored.
-- **Sample ids**: each sample carries a global integer id; after the gather each id is kept once (the copy with the
-  smallest scores, see :func:`dedup_by_id`: a rule of the copies alone), and two copies with different targets are an
-  error.
+Each sample carries a global integer id; after the gather each id is kept once (the copy with the smallest scores,
+see :func:`dedup_by_id`: a rule of the copies alone), and two copies with different targets are an error. The other
+way to drop repeated samples, the sampler padding rule (``dataset_size=N``), is ``_core/padding.py``'s.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
-
-
-@dataclass(frozen=True)
-class SyncReport:
-    """What the last ``compute()`` evaluated, counted in samples (rows of the ``update`` inputs).
-
-    Attributes:
-        world_size: Ranks whose data was combined (1 without a sync).
-        seen_per_rank: Samples of the accepted ``update()`` calls of each rank, padding included.
-        received: Samples that reached ``compute()`` after sampler padding was dropped (``dataset_size``).
-        duplicates_dropped: Sampler padding plus repeated ``sample_ids`` that were not counted.
-        kept: Distinct samples evaluated.
-        missing: With ``dataset_size``: samples of the data set that no rank evaluated
-            (``drop_last=True`` loses the tail; rejected batches count here too); ``None`` without ``dataset_size``.
-        rejected: Samples of ``update()`` calls that raised a ``ValueError`` (bad input): not evaluated and not in
-            ``seen_per_rank``, but they took their sampler positions, so the padding rule stays exact after them.
-
-    Example:
-        >>> from torch import tensor
-        >>> from torchmetrics_varlen import VarlenAUROC
-        >>> metric = VarlenAUROC(dataset_size=3)
-        >>> ids = tensor([0, 1, 2, 0])  # sample 0 fed twice: counted once
-        >>> metric.update(tensor([0.2, 0.7, 0.4, 0.2]), tensor([0, 1, 1, 0]), sample_ids=ids)
-        >>> _ = metric.compute()
-        >>> metric.sync_report
-        SyncReport(world_size=1, seen_per_rank=(4,), received=4, duplicates_dropped=1, kept=3, missing=0, rejected=0)
-    """
-
-    world_size: int
-    seen_per_rank: tuple[int, ...]
-    received: int
-    duplicates_dropped: int
-    kept: int
-    missing: int | None
-    rejected: int = 0
 
 
 def _order_keys(values: Tensor) -> list[Tensor]:

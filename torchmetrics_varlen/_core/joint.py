@@ -7,8 +7,7 @@ rank, those of an earlier part (``aliases``) sends no rows here and says so in i
 that rank's rows from the earlier part. On the wire every name is prefixed with its part's key and a dot
 (``"auroc.preds"``), so the errors of the check-in name the metric whose state or setting differs.
 
-Per update, the members of a compute group share the first member's states (:func:`share_states`), counters included;
-what a ``VarlenCollection`` tracks per batch of an epoch for its joint sync is one :class:`EpochState`.
+Per update, the members of a compute group share the first member's states (:func:`share_states`), counters included.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from torchmetrics_varlen._core.seam import Payload
+from torchmetrics_varlen._core.guarded_sync import Payload
 from torchmetrics_varlen._dist.exchange import Agreed, CheckedIn, Gathered, Layout, RankMeta, SyncRequest, sync_states
 
 _ALIAS = "#alias"  # counter of every part: the index of the part whose rows it takes on this rank, -1 for its own
@@ -120,21 +119,3 @@ def share_states(first: Metric, other: Metric) -> None:
         if getattr(other, name) is not value:
             setattr(other, name, value)
     other.__dict__["_update_count"] = first._update_count  # torchmetrics' plain counter, as its update wrapper sets it
-
-
-class EpochState:
-    """What a :class:`VarlenCollection` tracks within an epoch, written per batch: the dedup mode its first accepted
-    batch decided, the version of its states (for the joint sync), whether an ``update`` is under way, and every
-    rank's counters from the last joint sync. A plain object (its fields are set without ``nn.Module.__setattr__``).
-    """
-
-    __slots__ = ("in_update", "ledger_info", "member_epochs", "mode", "version")
-
-    def __init__(self) -> None:
-        self.mode: str | None = None
-        # each member's guarded metrics and their ``_sync_epoch`` when the epoch's first batch reached them: a member
-        # whose count moved on was reset on its own (Lightning's ``log_dict(collection)`` resets every member)
-        self.member_epochs: list[tuple[Any, int]] | None = None
-        self.version = 0  # update() / forward() calls since the epoch began: changes whenever the states do
-        self.in_update = False
-        self.ledger_info: list[dict[str, int]] | None = None

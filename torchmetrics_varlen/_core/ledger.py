@@ -16,7 +16,7 @@ it is the rule of a ``DistributedSampler`` over the samples not dealt yet.
 tensor states: summed by the sync, reset by ``reset()``, saved in ``state_dict``, shared by a compute group, and read
 as they are (reading one writes nothing). Each batch adds to them in place (``state += n``), once, when the ledger
 closes the batch (:meth:`Ledger.batch`); a metric's copies and loaded states own their tensors
-(``own_tensor_states`` in ``_core/seam.py``). On the device path the ledger keeps their values on the host too.
+(``own_tensor_states`` in ``_core/guarded_sync.py``). On the device path the ledger keeps their values on the host too.
 
 **Batches.** Every intake (the package's metrics, ``Varlen``, ``VarlenCollection``) takes a batch through
 :meth:`Ledger.batch`: ``with ledger.batch(host, rows, start) as batch: ...`` gives the batch's sampler position,
@@ -36,10 +36,11 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._core.callers import lightning_sanity_check, user_stacklevel
-from torchmetrics_varlen._core.dedup import SyncReport
+from torchmetrics_varlen._core.padding import check_padding, sampler_kept_rows
+from torchmetrics_varlen._core.report import SyncReport, report_from_counts
 from torchmetrics_varlen._dist.group import group_position
 from torchmetrics_varlen.functional._device import on_device
-from torchmetrics_varlen.functional._tasks import int_ends, ints_within
+from torchmetrics_varlen.functional._validation import int_ends, ints_within
 
 KEY = "varlen_ledger"  # the state_dict entry (with the host's persistent states): [world, rank, base, origin, *counts]
 _COUNTS = ("rows_seen", "padding_dropped", "rejected")
@@ -360,76 +361,3 @@ def warning_compute(host: Any, compute: Callable[..., Any]) -> Callable[..., Any
         return value
 
     return compute_and_report
-
-
-def sampler_kept_rows(start: int, rows: int, rank: int, world: int, dataset_size: int) -> int:
-    """How many of ``rows`` consecutive samples, the first being this rank's ``start``-th, are not sampler padding.
-
-    Positions grow with the sample index, so the real samples are always a prefix of the batch.
-
-    Example:
-        >>> sampler_kept_rows(start=2, rows=2, rank=1, world=3, dataset_size=8)  # positions 7 and 10
-        1
-    """
-    # (start + i) * world + rank < dataset_size  <=>  start + i < ceil((dataset_size - rank) / world)
-    limit = -(-(dataset_size - rank) // world)
-    return max(0, min(rows, limit - start))
-
-
-def check_padding(what: str, dataset_size: int | None, world: int, padding: list[int], rank: int | None = None) -> None:
-    """Raise if more rows were dropped as padding than a ``DistributedSampler`` over ``dataset_size`` samples adds.
-
-    Such a sampler deals every rank ``ceil(dataset_size / W)`` rows: the last ``W * ceil(dataset_size / W) -
-    dataset_size`` positions (fewer than ``W``) are padding, at most one a rank. More means that ``dataset_size`` is
-    not the sampler's (``len(loader)`` passed for ``len(dataset)``), that the sampler is another one, or that a second
-    pass over the data was fed without ``reset()``: the value would silently leave out real samples. ``padding``:
-    every rank's count of rows dropped, or (``rank``) this rank's alone.
-
-    Example:
-        >>> check_padding("VarlenAUROC", 10, 2, [1, 0])  # 10 samples on 2 ranks: 5 rows each, no padding needed
-        >>> check_padding("VarlenAUROC", 10, 2, [1, 1])
-        Traceback (most recent call last):
-        ...
-        ValueError: VarlenAUROC(dataset_size=10): 2 rows were dropped as sampler padding (per rank: [1, 1]), ...
-    """
-    total = sum(padding)
-    if dataset_size is None or (max(padding, default=0) <= min(1, world - 1) and (rank is not None or total < world)):
-        return
-    where = f" on rank {rank}" if rank is not None else f" (per rank: {padding})" if world > 1 else ""
-    msg = (
-        f"{what}(dataset_size={dataset_size}): {total} rows were dropped as sampler padding{where}, but a"
-        f" DistributedSampler over {dataset_size} samples on {world} rank(s) adds at most {world - 1} (one a rank at"
-        " most), so real samples would be left out. The likely causes: `dataset_size` set to len(loader), the number"
-        " of batches, instead of len(dataset), the number of samples; or a second pass over the data without"
-        " reset() between the epochs. A sampler other than DistributedSampler does not follow its padding rule:"
-        " pass `sample_ids` (or no dataset_size) there. Nothing was evaluated; after reset() the next epoch starts"
-        " afresh."
-    )
-    raise ValueError(msg)
-
-
-def report_from_counts(
-    info: list[dict[str, int]], kept: int | None, dataset_size: int | None, *, partial: bool
-) -> SyncReport:
-    """The report of one evaluation from every rank's counters (``rows_seen``, ``padding_dropped``, ``rejected``).
-
-    ``kept`` is the number of distinct samples after id dedup (``None``: every received sample counts); ``partial``
-    means a rank-local view of a multi-rank evaluation, for which nothing can be said to be missing.
-
-    Example:
-        >>> report_from_counts([{"rows_seen": 4, "padding_dropped": 1, "rejected": 0}], None, 3, partial=False)
-        SyncReport(world_size=1, seen_per_rank=(4,), received=3, duplicates_dropped=1, kept=3, missing=0, rejected=0)
-    """
-    seen = tuple(i["rows_seen"] for i in info)
-    padding = sum(i["padding_dropped"] for i in info)
-    received = sum(seen) - padding
-    kept = received if kept is None else kept
-    return SyncReport(
-        world_size=len(info),
-        seen_per_rank=seen,
-        received=received,
-        duplicates_dropped=padding + received - kept,
-        kept=kept,
-        missing=None if dataset_size is None or partial else max(0, dataset_size - kept),
-        rejected=sum(i["rejected"] for i in info),
-    )

@@ -36,7 +36,7 @@ from torchmetrics_varlen.functional._sort import (
     packable,
     sort_keys_,
 )
-from torchmetrics_varlen.functional._tasks import Split
+from torchmetrics_varlen.functional._validation import Split
 from torchmetrics_varlen.functional._weighted import (
     WeightedRankSums,
     combine_weighted,

@@ -2,11 +2,12 @@
 
 Architecture: a metric (``_base.py``) holds its states and validates batches; its strategy owns everything after
 ``update``: the states it keeps (rows or one summed state), its payload (what this rank sends), its exchange (what
-moves at the sync) and its compute (what runs inside torchmetrics' compute wrapper, after the sync). The metric's
-sync hooks (``_VarlenMetric`` in ``classification/_base.py``, on :class:`~torchmetrics_varlen._core.seam.GuardedMetric`)
-hand each step to the strategy (``self._strategy``) or to the functions below, which hold what every strategy shares:
-installing what the sync returns (:func:`receive`), the compute-group key (:func:`share_key`), the compute after the
-sync (:func:`strategy_compute`), the rows to evaluate (:func:`evaluated`) and the report (:func:`report`).
+moves at the sync) and its compute (what runs inside torchmetrics' compute wrapper, after the sync). The metric's sync
+hooks (``_VarlenMetric`` in ``classification/_base.py``, on
+:class:`~torchmetrics_varlen._core.guarded_sync.GuardedMetric`) hand each step to the strategy (``self._strategy``) or
+to the functions below, which hold what every strategy shares: installing what the sync returns (:func:`receive`), the
+compute-group key (:func:`share_key`), the compute after the sync (:func:`strategy_compute`), the rows to evaluate
+(:func:`evaluated`) and the report (:func:`report`).
 
 - :class:`GatherToAll` (default): every rank receives every row and computes;
 - :class:`GatherToOne` (``compute_on_rank``): that rank receives the rows and computes, the others get the value;
@@ -27,9 +28,10 @@ from typing import Any, Protocol, cast
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._core.dedup import SyncReport, copy_scores, dedup_order
+from torchmetrics_varlen._core.dedup import copy_scores, dedup_order
+from torchmetrics_varlen._core.guarded_sync import Payload
 from torchmetrics_varlen._core.ledger import Ledger
-from torchmetrics_varlen._core.seam import Payload
+from torchmetrics_varlen._core.report import SyncReport
 from torchmetrics_varlen._dist.exchange import (
     INFO_NUM_SAMPLES,
     Agreed,
@@ -43,7 +45,7 @@ from torchmetrics_varlen._dist.group import distributed_available as group_initi
 from torchmetrics_varlen._dist.group import group_position
 from torchmetrics_varlen.functional._count import CountMode, Problem, counted_problems, empty_state
 from torchmetrics_varlen.functional._ranking import RankStatistic
-from torchmetrics_varlen.functional._tasks import Split, validate_compute_on_rank
+from torchmetrics_varlen.functional._validation import Split, validate_compute_on_rank
 from torchmetrics_varlen.functional._weighted import WeightedProblem, weighted_problems
 
 _DEDUP = ("none", "ids")
@@ -109,7 +111,7 @@ class ComputeStrategy:
     def exchange(
         self, host: Host, request: SyncRequest, guarded: Callable[[SyncRequest], Gathered | None]
     ) -> Gathered | None:
-        """The data movement at the sync: by default the guarded exchange of the payload (``_core/seam.py``)."""
+        """The data movement at the sync: by default the guarded exchange of the payload (``_core/guarded_sync.py``)."""
         return guarded(request)
 
     def compute(self, host: Host, checked: CheckedIn, compute: Compute, *args: Any, **kwargs: Any) -> Any:

@@ -15,9 +15,9 @@ from torchmetrics.metric import CompositionalMetric
 from torchmetrics.utilities.data import dim_zero_cat
 from torchmetrics.wrappers.abstract import WrapperMetric
 
-from torchmetrics_varlen._core.seam import GuardedMetric
+from torchmetrics_varlen._core.guarded_sync import GuardedMetric
 from torchmetrics_varlen._core.states import EITHER, growth_unit, list_rows
-from torchmetrics_varlen.functional._tasks import require_integers, validate_dedup_and_timeout
+from torchmetrics_varlen.functional._validation import require_integers, validate_dedup_and_timeout
 
 # torchmetrics' own switches: they change how a metric syncs or where it keeps its states, not what it computes.
 _BASE_FLAGS = ("compute_on_cpu", "dist_sync_on_step", "sync_on_compute", "compute_with_cache", "training")

@@ -1,6 +1,6 @@
 """The check-in and the one metadata all-gather of a sync, and the ranks' agreement on what they hold.
 
-After the check-in (``guard.py``) every rank all-gathers one small int64 vector of the same length (the check-in
+After the check-in (``checkin.py``) every rank all-gathers one small int64 vector of the same length (the check-in
 made sure the ranks agree on which states and counters exist): its counters, its modes, and for every
 concatenated ("cat") state its rows, dtype and trailing shape. From these every rank derives the same layout.
 
@@ -19,9 +19,9 @@ import json
 import torch
 from torch import Tensor
 
+from torchmetrics_varlen._dist.checkin import Ticket, check_in
 from torchmetrics_varlen._dist.errors import MetricSyncError
 from torchmetrics_varlen._dist.group import comm_device
-from torchmetrics_varlen._dist.guard import Ticket, check_in
 from torchmetrics_varlen._dist.guard_errors import MESSAGE_BUDGET, shorten
 from torchmetrics_varlen._dist.records import (
     _DTYPES,

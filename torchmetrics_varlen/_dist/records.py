@@ -6,7 +6,7 @@ Architecture of a sync (each room at most a few hundred lines; the metrics see :
   :class:`StateLayout`, :class:`Layout`), what each reported (:class:`RankMeta`, its counters keyed by the
   ``INFO_*`` names) and what a sync returns (:class:`CheckedIn`, :class:`Gathered`); plus the wire format's
   constants (dtype codes, alignment);
-- ``metadata.py``: the check-in (``guard.py``) and the one metadata all-gather, and the ranks' agreement;
+- ``metadata.py``: the check-in (``checkin.py``) and the one metadata all-gather, and the ranks' agreement;
 - ``transport.py``: packing, the data exchange (gloo broadcasts, NCCL all-gather, point-to-point to one rank),
   the all-reduce of summed states, and the deadline-bounded ``wait`` every collective goes through;
 - ``value.py``: one computed value, from one rank to the others;
@@ -22,8 +22,8 @@ from typing import Any, Final
 import torch
 from torch import Tensor
 
+from torchmetrics_varlen._dist.checkin import Ticket
 from torchmetrics_varlen._dist.group import GroupLayout
-from torchmetrics_varlen._dist.guard import Ticket
 
 _ALIGN = 16  # the widest element (complex128): every piece can be viewed in its dtype
 _MAX_DIMS = 8  # trailing dimensions a cat state may have

@@ -32,8 +32,8 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._dist import collectives
+from torchmetrics_varlen._dist.checkin import Ticket
 from torchmetrics_varlen._dist.errors import MetricSyncError
-from torchmetrics_varlen._dist.guard import Ticket
 from torchmetrics_varlen._dist.transport import all_gather_fixed, wait
 
 

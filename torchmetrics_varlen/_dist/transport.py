@@ -20,9 +20,9 @@ import torch.distributed as dist
 from torch import Tensor
 
 from torchmetrics_varlen._dist import collectives
+from torchmetrics_varlen._dist.checkin import Ticket
 from torchmetrics_varlen._dist.errors import MetricSyncError
 from torchmetrics_varlen._dist.group import comm_device, is_nccl
-from torchmetrics_varlen._dist.guard import Ticket
 from torchmetrics_varlen._dist.records import CheckedIn, Gathered, StateLayout, nbytes
 from torchmetrics_varlen._dist.works import keep
 

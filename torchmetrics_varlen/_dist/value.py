@@ -13,9 +13,9 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._dist import collectives
+from torchmetrics_varlen._dist.checkin import Ticket
 from torchmetrics_varlen._dist.errors import MetricSyncError, RemoteValueError
 from torchmetrics_varlen._dist.group import comm_device
-from torchmetrics_varlen._dist.guard import Ticket
 from torchmetrics_varlen._dist.records import _DTYPES, nbytes
 from torchmetrics_varlen._dist.transport import wait, write_into
 

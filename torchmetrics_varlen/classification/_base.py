@@ -20,16 +20,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._core.batch import (
+from torchmetrics_varlen._core.guarded_sync import CheckedIn, Gathered, GuardedMetric, Payload, SyncRequest
+from torchmetrics_varlen._core.intake import (
     CheckedBatch,
     PieceCount,
     check_only,
     count_piece,
     take_batch,
 )
-from torchmetrics_varlen._core.dedup import SyncReport
 from torchmetrics_varlen._core.ledger import Ledger, warning_compute
-from torchmetrics_varlen._core.seam import CheckedIn, Gathered, GuardedMetric, Payload, SyncRequest
+from torchmetrics_varlen._core.report import SyncReport
 from torchmetrics_varlen._core.sharded import Sharded
 from torchmetrics_varlen._core.strategies import (
     _COUNTERS,
@@ -47,7 +47,7 @@ from torchmetrics_varlen._core.strategies import (
 )
 from torchmetrics_varlen.functional._count import CountMode, Problem, threshold_tensor
 from torchmetrics_varlen.functional._ranking import RankStatistic
-from torchmetrics_varlen.functional._tasks import (
+from torchmetrics_varlen.functional._validation import (
     SCALAR_AVERAGES,
     TASKS,
     Average,
@@ -174,7 +174,7 @@ class _VarlenMetric(GuardedMetric):
         self._config.update(config or {})
         self._ledger = Ledger(type(self).__name__, dataset_size, ("rows_seen", "padding_dropped", "rejected"))
         self._ledger.zeroed(self)
-        self._piece_count = PieceCount()  # stored pieces, merged as they arrive (``_core/batch.py``)
+        self._piece_count = PieceCount()  # stored pieces, merged as they arrive (``_core/intake.py``)
         self._init_sync(sync_key)
         self._checked: CheckedIn | None = None  # the sync's check-in, for the compute after it
         self._synced_info: list[dict[str, int]] | None = None  # every rank's counters, from the last sync
@@ -334,7 +334,7 @@ class _VarlenMetric(GuardedMetric):
             value = super().forward(*args, **kwargs)  # (``_in_forward`` inside: no report, no warning, no new epoch)
         finally:
             self._forward_start = None
-        if self._summed is None:  # the batch's piece is in the row states now: count it (``_core/batch.py``)
+        if self._summed is None:  # the batch's piece is in the row states now: count it (``_core/intake.py``)
             count_piece(self, self._strategy.state_names(self))
         return value
 

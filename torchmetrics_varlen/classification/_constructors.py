@@ -12,7 +12,7 @@ from typing import Any
 
 from torchmetrics_varlen.classification._base import _VarlenMetric
 from torchmetrics_varlen.classification._task_wrapper import _TaskWrapper
-from torchmetrics_varlen.functional._tasks import Average, Normalization, Thresholds
+from torchmetrics_varlen.functional._validation import Average, Normalization, Thresholds
 from torchmetrics_varlen.functional.curves import CurveAverage
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from torchmetrics import Metric
 
 from torchmetrics_varlen.classification._base import _VarlenMetric
-from torchmetrics_varlen.functional._tasks import TASKS, validate_ranking_args, validate_task_args
+from torchmetrics_varlen.functional._validation import TASKS, validate_ranking_args, validate_task_args
 
 
 class _TaskWrapper(_VarlenMetric):

@@ -10,7 +10,7 @@ from torchmetrics import Metric
 from torchmetrics_varlen.classification._base import _VarlenMetric
 from torchmetrics_varlen.classification._constructors import _Multiclass, _Multilabel
 from torchmetrics_varlen.classification._task_wrapper import _TaskWrapper
-from torchmetrics_varlen.functional._tasks import Average, Normalization, Thresholds
+from torchmetrics_varlen.functional._validation import Average, Normalization, Thresholds
 from torchmetrics_varlen.functional.auroc import AUROC, _compute, _compute_weighted
 
 

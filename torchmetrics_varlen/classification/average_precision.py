@@ -13,7 +13,7 @@ from torchmetrics_varlen.classification._base import _VarlenMetric
 from torchmetrics_varlen.classification._constructors import _Multiclass, _Multilabel
 from torchmetrics_varlen.classification._task_wrapper import _TaskWrapper
 from torchmetrics_varlen.functional._ranking import reduce_problems
-from torchmetrics_varlen.functional._tasks import Average, Normalization, Thresholds
+from torchmetrics_varlen.functional._validation import Average, Normalization, Thresholds
 from torchmetrics_varlen.functional._weighted import reduce_weighted
 from torchmetrics_varlen.functional.average_precision import AVERAGE_PRECISION
 

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen.classification._base import _VarlenMetric
-from torchmetrics_varlen.functional._tasks import Normalization
+from torchmetrics_varlen.functional._validation import Normalization
 from torchmetrics_varlen.functional.best_f1 import TASKS, _compute
 
 

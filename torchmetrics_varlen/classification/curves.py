@@ -10,7 +10,7 @@ from torchmetrics import Metric
 
 from torchmetrics_varlen.classification._base import _VarlenMetric
 from torchmetrics_varlen.classification._constructors import _CurveBinary, _CurveMulticlass, _CurveMultilabel
-from torchmetrics_varlen.functional._tasks import CURVE_AVERAGES
+from torchmetrics_varlen.functional._validation import CURVE_AVERAGES
 from torchmetrics_varlen.functional.curves import Curve, _compute
 
 

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen.classification._base import _VarlenMetric
-from torchmetrics_varlen.functional._tasks import Normalization, Weighting, validate_weighting
+from torchmetrics_varlen.functional._validation import Normalization, Weighting, validate_weighting
 from torchmetrics_varlen.functional.group_auroc import GroupAUROC, _compute
 
 

@@ -13,11 +13,11 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from torchmetrics_varlen._core.seam import group_position
+from torchmetrics_varlen._core.guarded_sync import group_position
 from torchmetrics_varlen.classification._base import _VarlenMetric
 from torchmetrics_varlen.functional._count import counted_problems
 from torchmetrics_varlen.functional._ranking import reduce_problems
-from torchmetrics_varlen.functional._tasks import Normalization
+from torchmetrics_varlen.functional._validation import Normalization
 from torchmetrics_varlen.functional.bootstrap import _resampled
 from torchmetrics_varlen.functional.delong import AUROCComparison, AUROCInterval, _check_level, auroc_compare
 from torchmetrics_varlen.functional.delong import auroc_interval as _auroc_interval

@@ -35,7 +35,7 @@ from torchmetrics_varlen.functional._sort import (
     sort_classes,
     sort_problem,
 )
-from torchmetrics_varlen.functional._tasks import (
+from torchmetrics_varlen.functional._validation import (
     RankingArgs,
     Split,
     Thresholds,

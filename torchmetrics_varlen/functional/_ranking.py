@@ -7,7 +7,7 @@ then into float64. Because the counts are integers, the result depends on the mu
 pairs only, never on their order: any split of the data over ranks, batches or shuffles gives the same bits. The
 public values are returned in torchmetrics' dtype, float32 (:func:`as_output`), rounded once at the very end.
 
-The last step of the functional path: validate (``_checks``), format (``_tasks``), order and count (``_count``),
+The last step of the functional path: validate (``_checks``), format (``_validation``), order and count (``_count``),
 reduce (:func:`reduce_problems`: a scalar statistic of every binary problem, averaged over classes). The sharded
 compute reduces its distributed sums here too (:func:`reduce_sums`).
 """
@@ -40,7 +40,7 @@ from torchmetrics_varlen.functional._sort import (
     size,
     split_points,
 )
-from torchmetrics_varlen.functional._tasks import Average, Split
+from torchmetrics_varlen.functional._validation import Average, Split
 
 _NO_POSITIVES_ROC = (
     "No positive samples in targets, true positive value should be meaningless."

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen.functional._device import on_device
-from torchmetrics_varlen.functional._tasks import within
+from torchmetrics_varlen.functional._validation import within
 
 _KEYS = {
     torch.float32: (torch.int32, torch.int64, 1 << 31),

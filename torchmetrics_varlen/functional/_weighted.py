@@ -9,7 +9,7 @@ of its classes / labels, and ``average="weighted"`` weighs a class by its weight
 Entry points for the metric classes (all pure tensor math, no validation beyond :func:`check_sample_weight`):
 
 - :func:`check_sample_weight` / :func:`weighted_rows`: validate a batch's weights and put them in the stored row
-  order of :func:`~torchmetrics_varlen.functional._tasks.format_inputs`;
+  order of :func:`~torchmetrics_varlen.functional._validation.format_inputs`;
 - :func:`weighted_counts`: the exact weighted counts of one binary problem (one sort);
 - :func:`~torchmetrics_varlen.functional._hist.histogram` with ``weight=`` and
   :func:`~torchmetrics_varlen.functional._count.binned_confmat` with ``weight=``: the 16-bit and binned states
@@ -40,7 +40,7 @@ from torchmetrics_varlen.functional._ranking import (
     roc_from_counts,
 )
 from torchmetrics_varlen.functional._sort import Counts, running_sum
-from torchmetrics_varlen.functional._tasks import RankingArgs, Split, format_inputs
+from torchmetrics_varlen.functional._validation import RankingArgs, Split, format_inputs
 
 WeightedProblem = Counts | Binned  # float64 counts of one binary problem, or its float64 binned confusion matrices
 
@@ -95,7 +95,7 @@ def check_sample_weight(sample_weight: object, preds: Tensor, target: Tensor, ta
 def weighted_rows(
     preds: Tensor, target: Tensor, weight: Tensor, task: str, ignore_index: int | None, normalization: str | None
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """A batch in its stored form (:func:`~torchmetrics_varlen.functional._tasks.format_inputs`) with its weights
+    """A batch in its stored form (:func:`~torchmetrics_varlen.functional._validation.format_inputs`) with its weights
     (from :func:`check_sample_weight`) in the same row order: ``(scores, labels, weights)``.
     """
     scores, labels, kept = format_inputs(preds, target, task, ignore_index, normalization)  # type: ignore[arg-type]

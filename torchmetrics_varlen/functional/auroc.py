@@ -14,7 +14,7 @@ from torchmetrics_varlen.functional._ranking import (
     partial_auroc,
     reduce_problems,
 )
-from torchmetrics_varlen.functional._tasks import Average, Normalization, RankingArgs, Split, Thresholds
+from torchmetrics_varlen.functional._validation import Average, Normalization, RankingArgs, Split, Thresholds
 from torchmetrics_varlen.functional._weighted import (
     WeightedProblem,
     reduce_weighted,

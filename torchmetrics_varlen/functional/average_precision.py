@@ -12,7 +12,7 @@ from torchmetrics_varlen.functional._ranking import (
     binned_average_precision,
     reduce_problems,
 )
-from torchmetrics_varlen.functional._tasks import Average, Normalization, RankingArgs, Split, Thresholds
+from torchmetrics_varlen.functional._validation import Average, Normalization, RankingArgs, Split, Thresholds
 from torchmetrics_varlen.functional._weighted import reduce_weighted, weighted_batch_problems
 
 AVERAGE_PRECISION = RankStatistic(

@@ -11,7 +11,7 @@ from torchmetrics_varlen.functional import _sweep
 from torchmetrics_varlen.functional._count import Binned, Problem, batch_problems, problem_device
 from torchmetrics_varlen.functional._ranking import as_output, descending
 from torchmetrics_varlen.functional._sort import Counts, SortedKeys, materialize, size
-from torchmetrics_varlen.functional._tasks import Normalization, RankingArgs, Split
+from torchmetrics_varlen.functional._validation import Normalization, RankingArgs, Split
 
 TASKS = ("binary", "multilabel")
 

@@ -21,7 +21,7 @@ from torchmetrics_varlen.functional._ranking import (
     safe_ratio,
 )
 from torchmetrics_varlen.functional._sort import Counts, materialize
-from torchmetrics_varlen.functional._tasks import CURVE_AVERAGES, Normalization, RankingArgs, Split, Thresholds
+from torchmetrics_varlen.functional._validation import CURVE_AVERAGES, Normalization, RankingArgs, Split, Thresholds
 from torchmetrics_varlen.functional._weighted import weighted_batch_problems
 
 Curve = tuple[Tensor, Tensor, Tensor] | tuple[list[Tensor], list[Tensor], list[Tensor]]

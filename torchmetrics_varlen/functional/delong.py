@@ -24,7 +24,7 @@ from torch import Tensor
 from torchmetrics_varlen.functional._count import Binned, Problem, batch_problems
 from torchmetrics_varlen.functional._ranking import RankSums, rank_sums
 from torchmetrics_varlen.functional._sort import Counts, materialize
-from torchmetrics_varlen.functional._tasks import Normalization, RankingArgs, Split, format_inputs
+from torchmetrics_varlen.functional._validation import Normalization, RankingArgs, Split, format_inputs
 from torchmetrics_varlen.functional.auroc import _compute
 
 

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen.functional._ranking import as_output
-from torchmetrics_varlen.functional._tasks import (
+from torchmetrics_varlen.functional._validation import (
     Normalization,
     Weighting,
     format_inputs,

@@ -1,7 +1,7 @@
 """The batch transaction of :class:`~torchmetrics_varlen.Varlen`: check, cut and pass one batch to the wrapped
 metric, all or nothing (:func:`take_wrapped_batch`), with what every batch reuses from the first one
 (:class:`UpdatePlan`: the growth check of its list states). What a batch is checked against is
-``_core/wrapped.py``'s; the package's own metrics take theirs in ``_core/batch.py``.
+``_core/wrapped.py``'s; the package's own metrics take theirs in ``_core/intake.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from torchmetrics_varlen._core.ledger import Batch, Ledger
-from torchmetrics_varlen._core.snapshot import forward_snapshot, restore_forward
+from torchmetrics_varlen._core.rollback import forward_snapshot, restore_forward
 from torchmetrics_varlen._core.states import ROW, stored_unit
 from torchmetrics_varlen._core.wrapped import (
     batch_rows,

@@ -27,7 +27,8 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from torchmetrics_varlen._core.snapshot import forward_snapshot, restore_forward
+from torchmetrics_varlen._core.rollback import forward_snapshot, restore_forward
+from torchmetrics_varlen._dist.checkin import identity_qualifier, leave_epoch, new_identity
 from torchmetrics_varlen._dist.exchange import (
     Agreed,
     CheckedIn,
@@ -37,7 +38,6 @@ from torchmetrics_varlen._dist.exchange import (
     exchange_states,
 )
 from torchmetrics_varlen._dist.group import GroupLayout, distributed_available, group_position
-from torchmetrics_varlen._dist.guard import identity_qualifier, leave_epoch, new_identity
 
 # What the metric classes, ``Varlen`` and ``VarlenCollection`` use of the transport: through this seam only.
 __all__ = [
@@ -187,7 +187,7 @@ class GuardedMetric(Metric):
     _synced = False  # whether the states are every rank's (from a sync until its unsync), as torchmetrics tracks it
 
     def _init_sync(self, sync_key: str | None) -> None:
-        """Give the metric its sync identity: ``sync_key``, or its class and creation order (see ``guard.py``)."""
+        """Give the metric its sync identity: ``sync_key``, or its class and creation order (see ``checkin.py``)."""
         if sync_key is not None and (not isinstance(sync_key, str) or not sync_key or "/" in sync_key):
             msg = f"Expected argument `sync_key` to be a non-empty string without '/', or None, but got {sync_key!r}."
             raise ValueError(msg)

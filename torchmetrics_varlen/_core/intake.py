@@ -14,10 +14,10 @@ import torch
 from torch import Tensor
 
 from torchmetrics_varlen._core.columns import columns, columns_shape
-from torchmetrics_varlen._core.seam import SHARED_SYNCS
+from torchmetrics_varlen._core.guarded_sync import SHARED_SYNCS
 from torchmetrics_varlen.functional._count import binned_confmat, count_into
 from torchmetrics_varlen.functional._hist import histogram
-from torchmetrics_varlen.functional._tasks import (
+from torchmetrics_varlen.functional._validation import (
     Split,
     check_inputs,
     check_sizes,
