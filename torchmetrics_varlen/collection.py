@@ -13,6 +13,7 @@ from torchmetrics_varlen._core.guarded_sync import (
     GuardedMetric,
     Payload,
     SyncRequest,
+    check_sync_key,
     distributed_available,
     leave_epoch,
     new_identity,
@@ -111,9 +112,7 @@ class VarlenCollection(MetricCollection):
         super().__init__(metrics, *additional_metrics, prefix=prefix, postfix=postfix, compute_groups=compute_groups)
         self.dataset_size = dataset_size
         self.sync_timeout = sync_timeout
-        if sync_key is not None and (not isinstance(sync_key, str) or not sync_key or "/" in sync_key):
-            msg = f"Expected argument `sync_key` to be a non-empty string without '/', or None, but got {sync_key!r}."
-            raise ValueError(msg)
+        check_sync_key(sync_key)
         self._sync_base = sync_key or "VarlenCollection"
         self._sync_identity = new_identity(self._sync_base)
         self._ledger = Ledger("VarlenCollection", dataset_size)  # sampler positions, counters, report, warning

@@ -173,6 +173,13 @@ class _SharedSyncs:
 SHARED_SYNCS = _SharedSyncs()
 
 
+def check_sync_key(sync_key: object) -> None:
+    """Raise unless ``sync_key`` (a metric's or a collection's) is ``None`` or a non-empty string without ``/``."""
+    if sync_key is not None and (not isinstance(sync_key, str) or not sync_key or "/" in sync_key):
+        msg = f"Expected argument `sync_key` to be a non-empty string without '/', or None, but got {sync_key!r}."
+        raise ValueError(msg)
+
+
 class GuardedMetric(Metric):
     """A ``Metric`` whose states sync in one guarded exchange; see the module docstring."""
 
@@ -188,9 +195,7 @@ class GuardedMetric(Metric):
 
     def _init_sync(self, sync_key: str | None) -> None:
         """Give the metric its sync identity: ``sync_key``, or its class and creation order (see ``checkin.py``)."""
-        if sync_key is not None and (not isinstance(sync_key, str) or not sync_key or "/" in sync_key):
-            msg = f"Expected argument `sync_key` to be a non-empty string without '/', or None, but got {sync_key!r}."
-            raise ValueError(msg)
+        check_sync_key(sync_key)
         self._sync_base = sync_key or self._sync_name()
         # Metrics on a subgroup or that never sync on compute() count apart: other ranks may not create them.
         self._sync_qualifier = identity_qualifier(self.process_group, self.sync_on_compute)
