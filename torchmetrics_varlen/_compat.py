@@ -42,36 +42,22 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     # saving and restoring a metric's or collection's ledger (sampler segment, counters) with its states; a
     # collection's metrics, replaced by their wrapped form
     "torch.nn.Module": ("_load_from_state_dict", "_modules", "_save_to_state_dict"),
-    # The guarded sync replaces the per-state gathers (_sync_dist, overridden) inside torchmetrics' compute wrapper
-    # (_wrap_compute, overridden: the guard's warnings, the states put back when a compute fails); Varlen hands a
-    # collection the update keywords its wrapped metric takes (_filter_kwargs, overridden; the collection's check of
-    # a batch calls it as MetricCollection.update does). The state registry: _defaults and _reductions read (Varlen
-    # syncs a wrapped metric's states by their reductions), _persistent set (Varlen registers them, unsaved, as its
-    # own). Set: the update counter (a refused update does not count), the cached value (dropped when a refused
-    # batch is put back), the batch value Lightning logs on step (_forward_cache, Varlen's forward), and the wrapped
-    # metric's sync switch (_to_sync: off while Varlen runs its compute / forward, put back after).
+    # torchmetrics.Metric, one line each: why no public route serves
     "torchmetrics.Metric": (
-        "_computed",
-        "_defaults",
-        "_filter_kwargs",
-        "_forward_cache",
-        "_persistent",
-        "_reductions",
-        "_sync_dist",
-        "_to_sync",
-        "_update_count",
-        "_wrap_compute",
+        "_computed",  # the cached value, dropped when a refused batch is put back
+        "_defaults",  # read: the states of a wrapped metric (Varlen syncs and checks them; no public registry)
+        "_filter_kwargs",  # overridden by Varlen: the keywords its wrapped metric takes (MetricCollection calls it)
+        "_forward_cache",  # set by Varlen's forward: the batch value Lightning logs on step
+        "_persistent",  # set: Varlen registers its wrapped metric's states, unsaved, as its own
+        "_reductions",  # read: Varlen syncs a wrapped metric's states by their reductions
+        "_sync_dist",  # overridden: the guarded exchange replaces torchmetrics' per-state gathers
+        "_to_sync",  # set: the wrapped metric's sync switch, off while Varlen runs its compute / forward
+        "_update_count",  # set: a refused update does not count as one (torchmetrics' update wrapper counted it)
+        "_wrap_compute",  # overridden: the guard's warnings, the states put back when a compute fails
     ),
-    # VarlenCollection's compute groups: only metrics that take a batch by the same rules share states
-    # (_equal_metric_states, overridden); the groups and whether they are formed yet (its check of a batch before the
-    # members take it); the sharing itself per update (_compute_groups_create_state_ref, overridden) and whether the
-    # members hold copies of the shared states
+    # torchmetrics.MetricCollection
     "torchmetrics.MetricCollection": (
-        "_compute_groups_create_state_ref",
-        "_equal_metric_states",
-        "_groups",
-        "_groups_checked",
-        "_state_is_copy",
+        "_equal_metric_states",  # overridden: only metrics that take a batch by the same rules share states
     ),
     # the caller of compute() that the "never seen" warning points at
     "sys": ("_getframe",),

@@ -18,7 +18,7 @@ from torchmetrics_varlen._core.guarded_sync import (
     leave_epoch,
     new_identity,
 )
-from torchmetrics_varlen._core.joint import share_states, sync_together
+from torchmetrics_varlen._core.joint import sync_together
 from torchmetrics_varlen._core.ledger import Ledger
 from torchmetrics_varlen._core.report import SyncReport
 from torchmetrics_varlen._core.rollback import forward_snapshot, restore_forward
@@ -48,11 +48,11 @@ def _adopt(name: str, metric: Metric) -> Metric:
 
 class EpochState:
     """What a :class:`VarlenCollection` tracks within an epoch, written per batch: the dedup mode its first accepted
-    batch decided, the version of its states (for the joint sync), whether an ``update`` is under way, and every
-    rank's counters from the last joint sync. A plain object (its fields are set without ``nn.Module.__setattr__``).
+    batch decided, the version of its states (for the joint sync) and every rank's counters from the last joint
+    sync. A plain object (its fields are set without ``nn.Module.__setattr__``).
     """
 
-    __slots__ = ("in_update", "ledger_info", "member_epochs", "mode", "version")
+    __slots__ = ("ledger_info", "member_epochs", "mode", "version")
 
     def __init__(self) -> None:
         self.mode: str | None = None
@@ -60,7 +60,6 @@ class EpochState:
         # whose count moved on was reset on its own (Lightning's ``log_dict(collection)`` resets every member)
         self.member_epochs: list[tuple[Any, int]] | None = None
         self.version = 0  # update() / forward() calls since the epoch began: changes whenever the states do
-        self.in_update = False
         self.ledger_info: list[dict[str, int]] | None = None
 
 
@@ -174,14 +173,14 @@ class VarlenCollection(MetricCollection):
         (all or nothing across members; a wrapped torchmetrics metric checks inside its own update). The metrics
         checked.
         """
-        if self._groups_checked and not forward:
-            if len(self._groups) < 2:  # one compute group (AUROC, AP, curves): its first metric alone takes it
-                return []
-            takers = [getattr(self, group[0]) for group in self._groups.values()]
-        else:  # the first update: every metric takes it, then the groups are formed
+        groups = self.compute_groups  # before the groups are formed, each metric is a group of its own
+        takers: list[Any]
+        if forward or not groups:  # every metric takes it (forward, or no compute groups)
             takers = list(self.values(copy_state=False))
-            if len(takers) < 2:
-                return []
+        else:  # each compute group's first metric
+            takers = [getattr(self, group[0]) for group in groups.values()]
+        if len(takers) < 2:  # one compute group (AUROC, AP, curves): its first metric alone takes it, and checks it
+            return []
         checked = []
         try:
             for metric in takers:
@@ -198,30 +197,8 @@ class VarlenCollection(MetricCollection):
         """Drop the batch's sampler padding (``dataset_size``), then update every metric (or compute group): a batch
         one of the package's metrics refuses reaches none of them.
         """
-        epoch = self._epoch
-        epoch.version += 1
-        epoch.in_update = True  # the compute groups' states are shared the cheap way (share_states)
-        try:
-            self._take(args, kwargs, self._update_members)
-        finally:
-            epoch.in_update = False
-
-    def _update_members(self, *args: Any, **kwargs: Any) -> None:
-        """``MetricCollection.update``; once the compute groups are formed, its steps (every member's cached value
-        dropped, each group's first member updated, the group's states shared) with the cached values dropped as the
-        plain attributes they are, not through ``Metric.__setattr__`` (about a microsecond a member and batch).
-        """
-        if not self._groups_checked:
-            super().update(*args, **kwargs)
-            return
-        self._drop_cached_values()
-        modules = self._modules
-        for group in self._groups.values():
-            first = modules[group[0]]
-            first.update(*args, **first._filter_kwargs(**kwargs))
-        if self._state_is_copy:
-            self._state_is_copy = False
-        self._compute_groups_create_state_ref()
+        self._epoch.version += 1
+        self._take(args, kwargs, super().update)
 
     def _drop_cached_values(self) -> None:
         """Every member's cached value dropped, as ``MetricCollection.update`` does, as the plain attribute it is."""
@@ -236,19 +213,6 @@ class VarlenCollection(MetricCollection):
         ``dataset_size`` would get them by the first one's rules (refusals and values changed silently).
         """
         return _same_intake(metric1, metric2) and MetricCollection._equal_metric_states(metric1, metric2)
-
-    def _compute_groups_create_state_ref(self, copy: bool = False) -> None:
-        """Torchmetrics' (every member of a compute group takes the first member's states); per update without a
-        ``setattr`` per state: :func:`~torchmetrics_varlen._core.joint.share_states`.
-        """
-        if copy or self._state_is_copy or not self._epoch.in_update:
-            super()._compute_groups_create_state_ref(copy)
-            return
-        modules = self._modules
-        for group in self._groups.values():
-            first = modules[group[0]]
-            for name in group[1:]:
-                share_states(first, modules[name])
 
     def forward(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Drop the batch's sampler padding, then every metric's ``forward`` (batch values, no sync); a batch made

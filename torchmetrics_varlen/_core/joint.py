@@ -6,8 +6,6 @@ forms none), so which metrics share their states can differ from rank to rank. A
 rank, those of an earlier part (``aliases``) sends no rows here and says so in its counters; every rank then takes
 that rank's rows from the earlier part. On the wire every name is prefixed with its part's key and a dot
 (``"auroc.preds"``), so the errors of the check-in name the metric whose state or setting differs.
-
-Per update, the members of a compute group share the first member's states (:func:`share_states`), counters included.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torchmetrics import Metric
 
 from torchmetrics_varlen._core.guarded_sync import Payload
 from torchmetrics_varlen._dist.exchange import Agreed, CheckedIn, Gathered, Layout, RankMeta, SyncRequest, sync_states
@@ -107,15 +104,3 @@ def _device_of(view: Gathered) -> torch.device:
         first = pieces[0] if isinstance(pieces, list) else pieces
         return first.device
     return torch.device("cpu")
-
-
-def share_states(first: Metric, other: Metric) -> None:
-    """``other`` takes ``first``'s states, as a torchmetrics compute group shares them per update (``setattr(other,
-    name, getattr(first, name))`` for every state, then the update count), without a ``setattr`` per state and batch:
-    a state that is already ``first``'s object (a list appended to, a counter added to in place) is not set again.
-    """
-    for name in first._defaults:
-        value = getattr(first, name)
-        if getattr(other, name) is not value:
-            setattr(other, name, value)
-    other.__dict__["_update_count"] = first._update_count  # torchmetrics' plain counter, as its update wrapper sets it
