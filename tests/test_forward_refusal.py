@@ -112,6 +112,45 @@ def test_a_batch_forward_refuses_changes_nothing(name: str) -> None:
     assert metric._update_count == 5
 
 
+def _nan_scores(batch: Batch) -> Batch:
+    args, kwargs = batch
+    preds = args[0].clone()
+    preds[3] = float("nan")
+    return (preds, *args[1:]), kwargs
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_refused_update_is_no_update(name: str, seed: int) -> None:
+    """Every refusal (a bad label, a NaN score; through ``update`` or ``forward``) is taken back from torchmetrics'
+    update count at one place (the ledger's refusal), so the count is the number of accepted calls, whatever the
+    order; a metric whose every call was refused computes as one never updated (torchmetrics' warning).
+    """
+    make, batch = CASES[name]
+    gen = torch.Generator().manual_seed(seed)
+    metric = make()
+    with pytest.raises((ValueError, RuntimeError)):
+        metric.update(*_refused(batch(50))[0], **_refused(batch(50))[1])
+    assert metric._update_count == 0
+    accepted = 0
+    for i in range(8):
+        kind = int(torch.randint(0, 4, (1,), generator=gen))
+        call = metric.update if int(torch.randint(0, 2, (1,), generator=gen)) else metric.forward
+        if kind == 0:
+            args, kwargs = _refused(batch(i))
+        elif kind == 1 and name != "Varlen(BinaryAccuracy)":  # (BinaryAccuracy takes NaN scores)
+            args, kwargs = _nan_scores(batch(i))
+        else:
+            args, kwargs = batch(i)
+            call(*args, **kwargs)
+            accepted += 1
+            assert metric._update_count == accepted
+            continue
+        with pytest.raises((ValueError, RuntimeError)):
+            call(*args, **kwargs)
+        assert metric._update_count == accepted
+
+
 def test_the_value_after_a_refused_forward_is_scikit_learns() -> None:
     metric = VarlenAUROC()
     good = [_binary(seed)[0] for seed in range(4)]

@@ -169,11 +169,7 @@ class Varlen(GuardedMetric):
         A call that raises changes no list state of the wrapped metric (its rows still take their sampler positions,
         counted in ``sync_report.rejected``).
         """
-        try:
-            self._intake(args, kwargs, sample_ids, None)
-        except BaseException:
-            self._update_count -= 1  # the failed call does not count as an update
-            raise
+        self._intake(args, kwargs, sample_ids, None)
 
     def forward(self, *args: Any, sample_ids: Tensor | None = None, **kwargs: Any) -> Any:
         """The wrapped metric's ``forward`` (the batch's own value, no sync; accumulates too), after the padding is

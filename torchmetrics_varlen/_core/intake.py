@@ -160,23 +160,20 @@ def take_batch(
     """
     m = metric
     rows = (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
-    with m._ledger.batch(m, rows, start, m.process_group) as batch:  # a refusal counts its rows as rejected
-        try:
-            checked: CheckedBatch | None = m._checked_batch
-            if checked is not None:
-                m._checked_batch = None  # used once: by the update right after the check
-            given = _arguments(preds, target, sample_ids, extras, sample_weight)
-            if (
-                checked is not None
-                and len(checked.arguments) == len(given)
-                and all(map(operator.is_, checked.arguments, given))
-            ):
-                in_unit = checked.in_unit
-            else:
-                in_unit = check_batch(m, preds, target, sample_ids, extras, sample_weight)
-        except (ValueError, TypeError):
-            m._update_count -= 1  # the failed call must not count as an update either
-            raise
+    # a refusal counts its rows as rejected, and the call as no update (torchmetrics' update wrapper counted it)
+    with m._ledger.batch(m, rows, start, m.process_group, counted_call=True) as batch:
+        checked: CheckedBatch | None = m._checked_batch
+        if checked is not None:
+            m._checked_batch = None  # used once: by the update right after the check
+        given = _arguments(preds, target, sample_ids, extras, sample_weight)
+        if (
+            checked is not None
+            and len(checked.arguments) == len(given)
+            and all(map(operator.is_, checked.arguments, given))
+        ):
+            in_unit = checked.in_unit
+        else:
+            in_unit = check_batch(m, preds, target, sample_ids, extras, sample_weight)
         SHARED_SYNCS.forget(m)  # the syncs of its states (a compute group's): no other metric's
         keep = rows if sample_ids is not None else batch.cut()  # ids: no padding cut (dedup by id instead)
         if keep < rows:

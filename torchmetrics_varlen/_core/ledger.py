@@ -54,13 +54,17 @@ class Batch:
         rows: The rows it was dealt.
         kept: Of those, the rows that are not sampler padding (``rows`` until :meth:`cut` says otherwise).
         stored: Samples the host stored from it (the ``num_samples`` counter of the package's metrics).
+        counted_call: Whether torchmetrics' update wrapper counted the call that brought the batch (``update``):
+            then a refusal takes that count back (:meth:`Ledger.refuse`).
     """
 
-    __slots__ = ("host", "kept", "ledger", "process_group", "rows", "start", "stored")
+    __slots__ = ("counted_call", "host", "kept", "ledger", "process_group", "rows", "start", "stored")
 
-    def __init__(self, ledger: Ledger, host: Any, rows: int, start: int | None, process_group: Any) -> None:
+    def __init__(
+        self, ledger: Ledger, host: Any, rows: int, start: int | None, process_group: Any, counted_call: bool
+    ) -> None:
         self.ledger, self.host, self.rows, self.start, self.process_group = ledger, host, rows, start, process_group
-        self.kept, self.stored = rows, 0
+        self.kept, self.stored, self.counted_call = rows, 0, counted_call
 
     def cut(self) -> int:
         """How many of the batch's rows are not sampler padding (all of them without ``dataset_size``): they are the
@@ -80,7 +84,7 @@ class Batch:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: Any) -> None:
         ledger, host, rows = self.ledger, self.host, self.rows
         if kind is not None:
-            ledger.refuse(host, rows)
+            ledger.refuse(host, rows, counted_call=self.counted_call)
             return
         ledger.dealt += rows
         names = ledger.counters
@@ -124,16 +128,28 @@ class Ledger:
 
     # ------------------------------------------------------------------ counters and positions
 
-    def batch(self, host: Any, rows: int, start: int | None = None, process_group: Any = None) -> Batch:
+    def batch(
+        self,
+        host: Any,
+        rows: int,
+        start: int | None = None,
+        process_group: Any = None,
+        *,
+        counted_call: bool = False,
+    ) -> Batch:
         """The one way a batch enters the ledger: ``with ledger.batch(host, rows, start) as batch:`` (module
-        docstring). ``start``: the batch's segment position when the caller knows it (``forward``), else the next one.
+        docstring). ``start``: the batch's segment position when the caller knows it (``forward``), else the next one;
+        ``counted_call``: the batch came through torchmetrics' update wrapper, which counted the call.
         """
-        return Batch(self, host, rows, start, process_group)
+        return Batch(self, host, rows, start, process_group, counted_call)
 
-    def refuse(self, host: Any, rows: int) -> None:
-        """Count a batch refused outside :meth:`batch` (a check before it): nothing stored, but its rows took their
-        sampler positions (``sync_report.rejected`` counts them).
+    def refuse(self, host: Any, rows: int, *, counted_call: bool = False) -> None:
+        """Count a refused batch: nothing stored, but its rows took their sampler positions (``sync_report.rejected``
+        counts them). The one place where a refused call is taken back from the host's update count
+        (``counted_call``: torchmetrics' update wrapper counted it), so that a refused batch is no update.
         """
+        if counted_call:
+            host._update_count -= 1
         self.dealt += rows
         if self.counters is None:
             self.own[2] += rows

@@ -149,8 +149,15 @@ def take_wrapped_batch(
     if plan is None or inner.__dict__.get("update") is not plan.wrapper or len(inner._defaults) != len(plan.names):
         plan = host._plan = UpdatePlan(inner)
     first = args[0] if args else None
-    rows = (first.shape[0] if first.ndim else 1) if type(first) is Tensor else batch_rows(args, kwargs)
-    with ledger.batch(host, rows, None, host.process_group) as batch:  # a call that raises: rows rejected
+    counted_call = call is None  # an update: torchmetrics' update wrapper counted the call (Varlen's forward counts
+    # its own after the batch is taken)
+    try:
+        rows = (first.shape[0] if first.ndim else 1) if type(first) is Tensor else batch_rows(args, kwargs)
+    except (ValueError, TypeError):  # no batch to count: the call alone is refused
+        ledger.refuse(host, 0, counted_call=counted_call)
+        raise
+    # a call that raises: its rows rejected, and no update
+    with ledger.batch(host, rows, None, host.process_group, counted_call=counted_call) as batch:
         return _pass_on(host, plan, inner, batch, args, kwargs, sample_ids, call)
 
 

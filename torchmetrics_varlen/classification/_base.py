@@ -297,9 +297,8 @@ class _VarlenMetric(GuardedMetric):
         """The error for a batch that ``update`` refuses before ``_update`` checks it; in a real update (not a
         :meth:`_precheck`) the call counts as refused first, as in ``take_batch``.
         """
-        if not self._check_only:
-            self._update_count -= 1  # torchmetrics' update wrapper counted the call
-            self._ledger.refuse(self, _rows_of(preds))
+        if not self._check_only:  # (torchmetrics' update wrapper counted the call: the refusal takes it back)
+            self._ledger.refuse(self, _rows_of(preds), counted_call=True)
         return ValueError(msg)
 
     @torch.jit.unused
