@@ -149,8 +149,9 @@ def take_wrapped_batch(
     if plan is None or inner.__dict__.get("update") is not plan.wrapper or len(inner._defaults) != len(plan.names):
         plan = host._plan = UpdatePlan(inner)
     first = args[0] if args else None
-    counted_call = call is None  # an update: torchmetrics' update wrapper counted the call (Varlen's forward counts
-    # its own after the batch is taken)
+    # An update came through torchmetrics' update wrapper, which counted the call; Varlen's forward counts its own call
+    # only once the batch is taken.
+    counted_call = call is None
     try:
         rows = (first.shape[0] if first.ndim else 1) if type(first) is Tensor else batch_rows(args, kwargs)
     except (ValueError, TypeError):  # no batch to count: the call alone is refused
