@@ -153,13 +153,8 @@ class VarlenCollection(MetricCollection):
                 ledger.check_rank_padding(batch.process_group, ledger.own[1] + rows - kept)
             if kept or not rows:
                 args, kwargs = cut_batch(args, kwargs, rows, kept)
-                checked: list[Any] = []
-                try:
-                    checked = self._precheck(args, kwargs, forward)
-                    out = call(*args, **kwargs)
-                finally:
-                    for metric in checked:  # a check not used by its update (another member refused the batch)
-                        metric._checked_batch = None
+                self._precheck(args, kwargs, forward)
+                out = call(*args, **kwargs)
             else:  # all sampler padding: no member takes it, but every member's cached value is stale, as after
                 # an update (a rank whose batch was real syncs at its next compute(); this one must sync with it)
                 self._drop_cached_values()
@@ -167,11 +162,10 @@ class VarlenCollection(MetricCollection):
         epoch.mode = epoch.mode or ("ids" if ids is not None else "none")
         return out
 
-    def _precheck(self, args: tuple[Any, ...], kwargs: dict[str, Any], forward: bool) -> list[Any]:
+    def _precheck(self, args: tuple[Any, ...], kwargs: dict[str, Any], forward: bool) -> None:
         """When several metrics (compute groups in ``update``, every metric in ``forward``) will take the batch, the
         package's metrics among them check it first, so that one refusing it raises before any other has taken it
-        (all or nothing across members; a wrapped torchmetrics metric checks inside its own update). The metrics
-        checked.
+        (all or nothing across members; a wrapped torchmetrics metric checks inside its own update).
         """
         groups = self.compute_groups  # before the groups are formed, each metric is a group of its own
         takers: list[Any]
@@ -180,18 +174,10 @@ class VarlenCollection(MetricCollection):
         else:  # each compute group's first metric
             takers = [getattr(self, group[0]) for group in groups.values()]
         if len(takers) < 2:  # one compute group (AUROC, AP, curves): its first metric alone takes it, and checks it
-            return []
-        checked = []
-        try:
-            for metric in takers:
-                if getattr(metric, "_checkable", False):
-                    checked.append(metric)
-                    metric._precheck(args, metric._filter_kwargs(**kwargs))
-        except BaseException:
-            for metric in checked:  # the checks that passed: no update will use them
-                metric._checked_batch = None
-            raise
-        return checked
+            return
+        for metric in takers:
+            if getattr(metric, "_checkable", False):
+                metric._precheck(args, metric._filter_kwargs(**kwargs))
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         """Drop the batch's sampler padding (``dataset_size``), then update every metric (or compute group): a batch

@@ -6,8 +6,6 @@ positions, padding cut, ids range and dedup mode are the ledger's (``_core/ledge
 
 from __future__ import annotations
 
-import operator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -109,40 +107,6 @@ def _weighted_count(metric: Any, scores: Tensor, labels: Tensor, weight: Tensor)
     return torch.stack(parts, dim=m.mode.class_dim)
 
 
-@dataclass(frozen=True)
-class CheckedBatch:
-    """The one check result of a batch: a collection's members check a batch before any of them takes it
-    (``VarlenCollection``: all or nothing across members; the metric's ``_check_only`` makes its ``update`` only
-    check), and the ``update`` that follows with the very same argument objects uses this result (the metric's
-    ``_checked_batch``), so the batch is validated once.
-    """
-
-    arguments: tuple[Any, ...]
-    in_unit: bool | None  # whether every score lies in [0, 1], when the checks read it
-
-
-def _arguments(
-    preds: Tensor, target: Tensor, sample_ids: Tensor | None, extras: dict[str, Tensor], weight: Tensor | None
-) -> tuple[Any, ...]:
-    """A batch's argument objects, as :func:`check_only` records them and :func:`take_batch` compares them."""
-    return (preds, target, sample_ids, weight, *extras.values())
-
-
-def check_only(
-    metric: Any,
-    preds: Tensor,
-    target: Tensor,
-    sample_ids: Tensor | None,
-    extras: dict[str, Tensor],
-    sample_weight: Tensor | None,
-) -> None:
-    """:func:`check_batch` for a member of a collection before any member takes the batch; raises as the update
-    would (a refusal counts nowhere: the collection counts it), and keeps the result for :func:`take_batch`.
-    """
-    in_unit = check_batch(metric, preds, target, sample_ids, extras, sample_weight)
-    metric._checked_batch = CheckedBatch(_arguments(preds, target, sample_ids, extras, sample_weight), in_unit)
-
-
 def take_batch(
     metric: Any,
     preds: Tensor,
@@ -162,18 +126,7 @@ def take_batch(
     rows = (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
     # a refusal counts its rows as rejected, and the call as no update (torchmetrics' update wrapper counted it)
     with m._ledger.batch(m, rows, start, m.process_group, counted_call=True) as batch:
-        checked: CheckedBatch | None = m._checked_batch
-        if checked is not None:
-            m._checked_batch = None  # used once: by the update right after the check
-        given = _arguments(preds, target, sample_ids, extras, sample_weight)
-        if (
-            checked is not None
-            and len(checked.arguments) == len(given)
-            and all(map(operator.is_, checked.arguments, given))
-        ):
-            in_unit = checked.in_unit
-        else:
-            in_unit = check_batch(m, preds, target, sample_ids, extras, sample_weight)
+        in_unit = check_batch(m, preds, target, sample_ids, extras, sample_weight)
         SHARED_SYNCS.forget(m)  # the syncs of its states (a compute group's): no other metric's
         keep = rows if sample_ids is not None else batch.cut()  # ids: no padding cut (dedup by id instead)
         if keep < rows:

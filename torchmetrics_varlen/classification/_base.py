@@ -22,9 +22,8 @@ from torch import Tensor
 
 from torchmetrics_varlen._core.guarded_sync import CheckedIn, Gathered, GuardedMetric, Payload, SyncRequest
 from torchmetrics_varlen._core.intake import (
-    CheckedBatch,
     PieceCount,
-    check_only,
+    check_batch,
     count_piece,
     take_batch,
 )
@@ -278,9 +277,9 @@ class _VarlenMetric(GuardedMetric):
         start: int | None,
         sample_weight: Tensor | None = None,
     ) -> None:
-        """Validate, drop sampler padding, format and append (or count) one batch; all or nothing (``_core/batch``)."""
-        if self._check_only:  # a collection's check before any member takes the batch (_precheck)
-            check_only(self, preds, target, sample_ids, extras, sample_weight)
+        """Validate, drop sampler padding, format and append (or count) one batch, all or nothing (``_core/intake``)."""
+        if self._check_only:  # a check before the batch is taken (:meth:`_precheck`): raise or change nothing
+            check_batch(self, preds, target, sample_ids, extras, sample_weight)
             return
         take_batch(self, preds, target, sample_ids, extras, start, sample_weight)
 
@@ -288,7 +287,6 @@ class _VarlenMetric(GuardedMetric):
     # (:meth:`_refused`) and calls ``_update``, so that :meth:`_precheck` can run it.
     _checkable = True
     _check_only = False  # set by :meth:`_precheck` while ``update`` runs: check the batch, take nothing
-    _checked_batch: CheckedBatch | None = None  # the check of a batch that its next ``update`` takes (``_core/batch``)
     # The sampler position of the batch that ``forward`` passes to ``update`` (``None``: the ledger's next one), set
     # by :meth:`forward` around torchmetrics' forward, whose ``reset()`` zeroes the counters the position is read from.
     _forward_start: int | None = None
@@ -303,8 +301,8 @@ class _VarlenMetric(GuardedMetric):
 
     @torch.jit.unused
     def _precheck(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Raise as ``update(*args, **kwargs)`` would for a batch this metric refuses, changing nothing; the checks'
-        result is kept for that update (the same argument objects), so the batch is validated once.
+        """Raise as ``update(*args, **kwargs)`` would for a batch this metric refuses, changing nothing (the update
+        that follows checks the batch again, by the same function: one validation path).
         """
         self._check_only = True
         try:
@@ -318,9 +316,9 @@ class _VarlenMetric(GuardedMetric):
     @torch.jit.unused
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Update with the batch and return its own value; sampler positions continue from the global state."""
-        if self._checkable and self._checked_batch is None:  # (a collection's forward has checked it already)
+        if self._checkable:
             # Checked against the epoch's states: torchmetrics' forward updates a reset metric, where a switch of
-            # mode (ids, weights) could not be seen. The update inside uses this check (the same arguments).
+            # mode (ids, weights) could not be seen.
             try:
                 self._precheck(args, kwargs)
             except (ValueError, TypeError):
