@@ -1,7 +1,8 @@
-"""What the metrics check and how they shape a batch before they take it over: pure helpers, no ``torch.distributed``.
+"""How a package metric takes a batch: check it (:func:`check_batch`), cut its sampler padding, and store or count it
+(:func:`take_batch`), all or nothing, inside torchmetrics' own update wrapper; stored pieces merged as they arrive.
 
-The first part serves the package's own metrics (``classification/_base.py``), the rest the wrapper ``Varlen``; the
-positions, padding cut, ids range and dedup mode are the ledger's (``_core/ledger.py``).
+No ``torch.distributed`` here. The positions, the padding cut, the ids range and the dedup mode are the ledger's
+(``_core/ledger.py``); ``Varlen``'s batches are ``_core/wrapped_intake.py``'s.
 """
 
 from __future__ import annotations
