@@ -164,6 +164,8 @@ def test_wrapping_leaves_the_users_metric_settings_as_they_were() -> None:
     acc.update(preds[200:], target[200:])
     assert float(acc.compute()) == pytest.approx(accuracy_score(target, preds >= 0.5), abs=1e-6)
     assert {name: getattr(inner, name) for name in _SYNC_SWITCHES} == before
+    assert inner._computed is None  # no value of the wrapper's compute left cached on the user's metric
+    assert float(inner.compute()) == pytest.approx(accuracy_score(target, preds >= 0.5), abs=1e-6)
 
 
 def test_a_state_written_in_place_is_never_taken_for_its_sync() -> None:

@@ -2,8 +2,8 @@
 
 The package overrides some of torchmetrics' private methods (its guarded sync replaces the per-state gathers; a
 ``VarlenCollection`` forms compute groups by its own rule), reads and sets private attributes of metrics and
-collections, calls private functions of ``torch.distributed`` and torch's grad mode switch, and imports the options
-of collectives from ``torch._C``. None of it is public API: a release may rename or remove any of it without notice,
+collections, calls private functions of ``torch.distributed`` and imports the options of collectives from
+``torch._C``. None of it is public API: a release may rename or remove any of it without notice,
 and the package would then fail far from the cause (a sync deep in a user's job), or, for an override, silently stop
 being called.
 
@@ -51,7 +51,6 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_persistent",  # set: Varlen registers its wrapped metric's states, unsaved, as its own
         "_reductions",  # read: Varlen syncs a wrapped metric's states by their reductions
         "_sync_dist",  # overridden: the guarded exchange replaces torchmetrics' per-state gathers
-        "_to_sync",  # set: the wrapped metric's sync switch, off while Varlen runs its compute / forward
         "_update_count",  # set: a refused update does not count as one (torchmetrics' update wrapper counted it)
         "_wrap_compute",  # overridden: the guard's warnings, the states put back when a compute fails
     ),

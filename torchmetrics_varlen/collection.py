@@ -340,7 +340,7 @@ class VarlenCollection(MetricCollection):
         members = [
             (name, m)
             for name, m in self.items(keep_base=True, copy_state=False)
-            if isinstance(m, GuardedMetric) and m._to_sync and m._joins_collection_sync()
+            if isinstance(m, GuardedMetric) and m.sync_on_compute and m._joins_collection_sync()
         ]
         if not members or not distributed_available() or all(m._computed is not None for _, m in members):
             return []  # nothing to sync, or every value cached (torchmetrics' rule: no sync)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -27,14 +26,12 @@ from torchmetrics_varlen._core.states import (
 from torchmetrics_varlen._core.wrapped import (
     inner_config,
     list_states,
-    unsynced,
     wrappable,
 )
 from torchmetrics_varlen._core.wrapped_intake import UpdatePlan, take_wrapped_batch
 
 _OWN: tuple[str, str, str, str] = ("varlen_ids", "varlen_rows", "varlen_padding", "varlen_rejected")
 _IDS = "#ids"  # the wire name of the ids (never a state name of the wrapped metric)
-_COMPUTE_WARNING = r"The ``compute`` method of metric"
 _UNIT_MODE = "{} per sample"  # the sync's mode of each list state: what a sample adds to it (``_states.UNITS``)
 
 
@@ -176,8 +173,8 @@ class Varlen(GuardedMetric):
         dropped. A batch made only of padding leaves the wrapped metric untouched and returns ``None``.
         """
         self._computed = None
-        with unsynced(self.metric):  # the wrapped metric's batch value: its own batch, no sync
-            value = self._intake(args, kwargs, sample_ids, self.metric.forward)
+        # the wrapped metric's batch value: its own batch, no sync (its ``dist_sync_on_step`` is False)
+        value = self._intake(args, kwargs, sample_ids, self.metric.forward)
         self._update_count += 1
         self._forward_cache = value
         return value
@@ -304,12 +301,11 @@ class Varlen(GuardedMetric):
                 self._set_deduplicated(states, torch.cat(self.varlen_ids), elements)
             self._report(None, self._kept, synced=False)
         try:
-            inner._computed = None
-            with warnings.catch_warnings(), unsynced(inner):  # the states are synced already (or local)
-                warnings.filterwarnings("ignore", message=_COMPUTE_WARNING, category=UserWarning)
-                return inner.compute()
+            # The wrapped metric's own compute, not torchmetrics' wrapper around it: the states are synced already
+            # (or local), so no second sync, no cached value left on the user's metric; this wrapper squeezes and
+            # clones the value as torchmetrics' does.
+            return type(inner).compute(inner)
         finally:
-            inner._computed = None
             for name, value in local.items():
                 setattr(inner, name, value)
 

@@ -375,7 +375,7 @@ class GuardedMetric(Metric):
         @functools.wraps(compute)
         def wrapped_compute(*args: Any, **kwargs: Any) -> Any:
             try:
-                if self._update_count or not (self._to_sync and distributed_available()):
+                if self._update_count or not (self.sync_on_compute and distributed_available()):
                     return wrapped(*args, **kwargs)
                 with warnings.catch_warnings():
                     warnings.filterwarnings("ignore", message=r"The ``compute`` method of metric", category=UserWarning)

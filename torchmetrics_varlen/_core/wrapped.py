@@ -5,8 +5,6 @@ settings the ranks must agree on, a batch's rows and its padding cut, ``sample_i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from torch import Tensor
@@ -45,21 +43,6 @@ def wrappable(metric: Any, dataset_size: Any, sync_timeout: Any) -> None:
         msg = "Expected the metric's `dist_sync_on_step` to be False (Varlen syncs at compute()), but got True."
         raise ValueError(msg)
     validate_dedup_and_timeout(dataset_size, sync_timeout)
-
-
-@contextmanager
-def unsynced(metric: Metric) -> Iterator[None]:
-    """Run ``metric``'s ``compute`` / ``forward`` without its own sync (``Varlen`` has synced its states already),
-    and put its switches back afterwards: the wrapped metric, the user's object, keeps its settings. Torchmetrics'
-    ``compute`` syncs when ``_to_sync`` is set; its ``forward`` sets ``_to_sync`` to ``sync_on_compute`` when done.
-    """
-    state = metric.__dict__
-    saved = state["_to_sync"], state["sync_on_compute"]
-    state["_to_sync"] = state["sync_on_compute"] = False
-    try:
-        yield
-    finally:
-        state["_to_sync"], state["sync_on_compute"] = saved
 
 
 def inner_config(metric: Metric) -> dict[str, Any]:
