@@ -7,9 +7,11 @@ against the CPU path; the mode checks that skip working out the mode raise exact
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from _float32 import expit, softmax
@@ -379,3 +381,61 @@ def test_mismatched_sizes_are_refused_even_without_validation(
         metric.update(preds, target)
     metric._computed = None  # read the states again, not the cached value
     assert torch.equal(metric.compute(), before)  # nothing of the refused batch was stored
+
+
+def _expected_check(
+    preds: torch.Tensor, target: torch.Tensor, task: str, top: int, ignore_index: int | None, normalization: Any
+) -> str | bool | None:
+    """What a batch must get from ``check_inputs``, worked out plainly in NumPy: the start of the message it raises,
+    or whether every score lies in [0, 1] (``None`` with ``ignore_index``).
+    """
+    p, t = preds.double().numpy(), target.double().numpy()
+    keep = np.ones(t.shape, dtype=bool) if ignore_index is None else t != ignore_index
+    labels = t[keep]
+    scores = p[np.expand_dims(keep, 1).repeat(p.shape[1], 1)] if task == "multiclass" else p[keep]
+    whole = (labels == np.trunc(labels)) & (labels >= 0) & (labels <= top)  # NaN: False
+    if target.dtype != torch.bool and not whole.all():
+        return "Expected `target` to hold"
+    if not np.isfinite(scores).all():
+        return "Expected `preds` to be finite"
+    in_unit = bool(((scores >= 0) & (scores <= 1)).all())
+    if task == "binary" and normalization == "softmax" and not in_unit:
+        return "Expected `normalization` to be 'sigmoid' or None"
+    return in_unit if ignore_index is None else None
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_check_inputs_raises_exactly_where_a_plain_check_says(seed: int) -> None:
+    """Drawn batches (task, label dtype, labels out of range or fractional or NaN, NaN / infinite / logit scores,
+    ``ignore_index``, normalisation): ``check_inputs`` accepts or refuses each as a plain NumPy check does, with its
+    message, and says whether the scores lie in [0, 1] as that check does.
+    """
+    gen = np.random.default_rng(seed)
+    task = str(gen.choice(["binary", "multiclass", "multilabel"]))
+    width = int(gen.integers(2, 5))
+    n = int(gen.integers(0, 9))
+    top = width - 1 if task == "multiclass" else 1
+    shape = (n, width) if task != "binary" else (n,)
+    scores = gen.random(shape) if gen.random() < 0.5 else gen.normal(0.0, 3.0, shape)
+    labels = gen.integers(0, top + 1, shape[:1] if task == "multiclass" else shape).astype(np.float64)
+    ignore_index = int(gen.choice([-1, 7])) if gen.random() < 0.3 else None
+    for _ in range(int(gen.integers(0, 3))):  # a few broken entries, anywhere
+        if n:
+            flat = scores.reshape(-1) if gen.random() < 0.5 else labels.reshape(-1)
+            flat[gen.integers(0, flat.size)] = gen.choice([np.nan, np.inf, -np.inf, -1.0, 0.5, top + 1.0, 7.0])
+    label_dtype = gen.choice(["int64", "int8", "float32", "bool"])
+    if label_dtype != "float32":
+        labels = np.nan_to_num(np.trunc(labels), nan=0, posinf=0, neginf=0)
+    if label_dtype == "bool":
+        labels = labels != 0
+    preds = torch.tensor(scores, dtype=torch.float32)
+    target = torch.tensor(labels.astype(str(label_dtype)) if label_dtype != "bool" else labels)
+    normalization = gen.choice([None, "sigmoid", "softmax"])
+    expected = _expected_check(preds, target, task, top, ignore_index, normalization)
+    num_classes = width if task == "multiclass" else None
+    num_labels = width if task == "multilabel" else None
+    if isinstance(expected, str):
+        with pytest.raises(ValueError, match=re.escape(expected)):
+            check_inputs(preds, target, task, num_classes, num_labels, ignore_index, normalization)
+    else:
+        assert check_inputs(preds, target, task, num_classes, num_labels, ignore_index, normalization) is expected

@@ -371,69 +371,10 @@ def check_binary_normalization(scores: Tensor, normalization: Normalization) -> 
         raise ValueError(msg)
 
 
-def validate_inputs(
-    preds: Tensor,
-    target: Tensor,
-    task: str,
-    num_classes: int | None,
-    num_labels: int | None,
-    ignore_index: int | None,
-    normalization: Normalization = None,
-) -> None:
-    """Check one batch for ``task``: shapes, dtypes, finite scores, labels in range (``ignore_index`` aside).
-
-    Labels may be integer, bool, or floating point holding whole numbers (``1.0``), as torchmetrics accepts.
-    """
-    if not isinstance(preds, Tensor) or not isinstance(target, Tensor):
-        msg = (
-            f"Expected `preds` and `target` to be tensors, but got {type(preds).__name__} and {type(target).__name__}."
-        )
-        raise TypeError(msg)
-    width = {"binary": 1, "multiclass": num_classes or 2, "multilabel": num_labels or 1}[task]
-    _check_shapes(preds, target, task, width)
-    highest = width - 1 if task == "multiclass" else 1
-    noun, expected = {
-        "binary": ("labels in {0, 1}", "only {0, 1}"),
-        "multiclass": ("class indices", f"class indices in [0, {highest}]"),
-        "multilabel": ("labels", "labels in [0, 1]"),
-    }[task]
-    if not preds.is_floating_point():
-        msg = f"Expected `preds` to be a floating point tensor of scores or logits, but got dtype {preds.dtype}."
-        raise ValueError(msg)
-    if target.is_complex():
-        msg = (
-            f"Expected `target` to be an integer, bool or floating point tensor of {noun},"
-            f" but got dtype {target.dtype}."
-        )
-        raise ValueError(msg)
-    keep = None if ignore_index is None else target != ignore_index
-    labels = target if keep is None else target[keep]
-    bad = (labels < 0) | (labels > highest)
-    if labels.is_floating_point():
-        bad |= labels != labels.trunc()  # 0.5, and NaN (never equal to itself)
-    if labels.numel() and target.dtype != torch.bool and bool(bad.any()):
-        found = torch.unique(labels).tolist()[:10]
-        extra = "" if ignore_index is None else f" or ignore_index={ignore_index}"
-        msg = f"Expected `target` to hold {expected}{extra}, but found values {found}."
-        raise ValueError(msg)
-    if keep is not None and task == "multiclass":
-        keep = keep.unsqueeze(1).expand_as(preds)
-    scores = preds if keep is None else preds[keep]
-    if not bool(torch.isfinite(scores).all()):
-        bad_scores = scores[~torch.isfinite(scores)]
-        msg = (
-            f"Expected `preds` to be finite, but found {bad_scores.numel()} NaN or infinite value(s)"
-            f" (first: {bad_scores[0].item()}). Check the model outputs before updating the metric."
-        )
-        raise ValueError(msg)
-    if task == "binary":
-        check_binary_normalization(scores, normalization)
-
-
 def _score_range(
     preds: Tensor, labels: Tensor | None, top: int, fused: bool | None = None
 ) -> tuple[float, float] | None:
-    """The lowest and highest score of a non-empty batch, or ``None`` if some label is outside ``[0, top]``.
+    """The lowest and highest score of a non-empty batch, or ``None`` if some integer label is outside ``[0, top]``.
 
     One ``aminmax`` per tensor. On the CPU each end is read on its own (cheapest there); on the device path
     (``fused``, by default when :func:`~._device.on_device` says so for ``preds``) every end is read with one
@@ -471,33 +412,70 @@ def check_inputs(
     ignore_index: int | None,
     normalization: Normalization = None,
 ) -> bool | None:
-    """:func:`validate_inputs` in two reductions for the common batch (no ``ignore_index``, integer or bool labels),
-    returning whether every score lies in [0, 1] (``None``: not known, the general checks ran).
+    """Check one batch for ``task`` (tensors, shapes, dtypes, labels in range with ``ignore_index`` aside, finite
+    scores) and return whether every score lies in [0, 1] (``None`` with ``ignore_index``: :func:`format_inputs`
+    tests the kept scores itself).
 
-    One ``aminmax`` of the labels gives their range; one of the scores gives finiteness (NaN propagates through the
-    min and max, infinities show as the min or max) and the [0, 1] test the formatting needs. Any batch the fused
-    checks do not pass goes through :func:`validate_inputs`, which raises its own message (or passes).
+    Labels may be integer, bool, or floating point holding whole numbers (``1.0``), as torchmetrics accepts. One
+    ``aminmax`` of the labels and one of the scores (:func:`_score_range`) decide the batch: NaN propagates through
+    the min and max, infinities show as one of them. The messages are worked out only for a batch that fails.
     """
-    if (
-        ignore_index is None
-        and isinstance(preds, Tensor)
-        and isinstance(target, Tensor)
-        and preds.is_floating_point()
-        and not target.is_floating_point()
-        and not target.is_complex()
-    ):
-        width = (num_classes or 2) if task == "multiclass" else ((num_labels or 1) if task == "multilabel" else 1)
-        _check_shapes(preds, target, task, width)
-        if not preds.numel():  # then the labels are empty too (the shapes match)
-            return True
-        top = width - 1 if task == "multiclass" else 1
-        ends = _score_range(preds, None if target.dtype == torch.bool else target, top)
-        if ends is not None and math.isfinite(ends[0]) and math.isfinite(ends[1]):
-            in_unit = ends[0] >= 0 and ends[1] <= 1
-            if in_unit or task != "binary" or normalization != "softmax":
-                return in_unit
-    validate_inputs(preds, target, task, num_classes, num_labels, ignore_index, normalization)
-    return None
+    if not isinstance(preds, Tensor) or not isinstance(target, Tensor):
+        msg = (
+            f"Expected `preds` and `target` to be tensors, but got {type(preds).__name__} and {type(target).__name__}."
+        )
+        raise TypeError(msg)
+    width = {"binary": 1, "multiclass": num_classes or 2, "multilabel": num_labels or 1}[task]
+    _check_shapes(preds, target, task, width)
+    top = width - 1 if task == "multiclass" else 1
+    if not preds.is_floating_point():
+        msg = f"Expected `preds` to be a floating point tensor of scores or logits, but got dtype {preds.dtype}."
+        raise ValueError(msg)
+    if target.is_complex():
+        msg = (
+            f"Expected `target` to be an integer, bool or floating point tensor of {_NOUNS[task]},"
+            f" but got dtype {target.dtype}."
+        )
+        raise ValueError(msg)
+    scores, labels = preds, target
+    if ignore_index is not None:
+        keep = target != ignore_index
+        labels = target[keep]
+        scores = preds[keep.unsqueeze(1).expand_as(preds) if task == "multiclass" else keep]
+    if target.dtype == torch.bool or not labels.numel():
+        checked = None  # nothing to check: bool labels lie in {0, 1}
+    elif labels.is_floating_point():  # whole numbers in range (NaN is never equal to itself)
+        if bool(((labels < 0) | (labels > top) | (labels != labels.trunc())).any()):
+            raise _label_error(labels, task, top, ignore_index)
+        checked = None
+    else:
+        checked = labels
+    ends = _score_range(scores, checked, top) if scores.numel() else (0.0, 1.0)
+    if ends is None:
+        raise _label_error(labels, task, top, ignore_index)
+    if not (math.isfinite(ends[0]) and math.isfinite(ends[1])):
+        bad = scores[~torch.isfinite(scores)]
+        msg = (
+            f"Expected `preds` to be finite, but found {bad.numel()} NaN or infinite value(s)"
+            f" (first: {bad[0].item()}). Check the model outputs before updating the metric."
+        )
+        raise ValueError(msg)
+    in_unit = ends[0] >= 0 and ends[1] <= 1
+    if task == "binary" and not in_unit:
+        check_binary_normalization(scores, normalization)
+    return in_unit if ignore_index is None else None
+
+
+# what the labels of each task are called (the messages of :func:`check_inputs`)
+_NOUNS = {"binary": "labels in {0, 1}", "multiclass": "class indices", "multilabel": "labels"}
+
+
+def _label_error(labels: Tensor, task: str, top: int, ignore_index: int | None) -> ValueError:
+    """The message for labels outside what ``task`` takes (``top``: the highest label), with the values found."""
+    expected = {"binary": "only {0, 1}", "multilabel": "labels in [0, 1]"}.get(task, f"class indices in [0, {top}]")
+    found = torch.unique(labels).tolist()[:10]
+    extra = "" if ignore_index is None else f" or ignore_index={ignore_index}"
+    return ValueError(f"Expected `target` to hold {expected}{extra}, but found values {found}.")
 
 
 def require_integers(values: Any, name: str, per: str) -> None:

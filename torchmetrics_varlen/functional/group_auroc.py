@@ -11,8 +11,8 @@ from torchmetrics_varlen.functional._ranking import as_output
 from torchmetrics_varlen.functional._validation import (
     Normalization,
     Weighting,
+    check_inputs,
     format_inputs,
-    validate_inputs,
     validate_ranking_args,
     validate_sample_ids,
     validate_weighting,
@@ -133,7 +133,7 @@ def group_auroc(
     if validate_args:
         validate_weighting(weighting)
         validate_ranking_args(ignore_index=ignore_index, normalization=normalization)
-        validate_inputs(preds, target, "binary", None, None, ignore_index, normalization)
+        check_inputs(preds, target, "binary", None, None, ignore_index, normalization)
         validate_sample_ids(groups, preds.shape, name="groups", non_negative=False)
     if groups.shape != preds.shape:
         groups = groups.repeat_interleave(preds[0].numel() if preds.ndim else 1)
