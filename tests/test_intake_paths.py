@@ -27,7 +27,6 @@ from torchmetrics_varlen.functional._validation import (
     check_inputs,
     host_pair,
     ints_within,
-    sample_ids_fit,
     validate_sample_ids,
     within,
 )
@@ -73,12 +72,14 @@ def test_device_path_of_the_score_range_matches_the_cpu_path(scores: str, labels
         assert _same(cpu, (float(preds.min()), float(preds.max()))) or math.isnan(cpu[0])
 
 
-@pytest.mark.parametrize("high", [True, False])
-def test_sample_ids_range(high: bool) -> None:
-    ids = torch.tensor([4, 2, 9])
-    assert validate_sample_ids(ids, torch.Size([3]), high=high) == ((2, 9) if high else (2, 2))
+@pytest.mark.parametrize("n", [3, 2048])
+def test_sample_ids_range(n: int) -> None:
+    ids = torch.arange(n) + 2
+    validate_sample_ids(ids, torch.Size([n]))
+    ids[n // 2] = -1
     with pytest.raises(ValueError, match="Expected `sample_ids` to be >= 0, but found -1"):
-        validate_sample_ids(torch.tensor([4, -1, 9]), torch.Size([3]), high=high)
+        validate_sample_ids(ids, torch.Size([n]))
+    validate_sample_ids(ids, torch.Size([n]), name="groups", non_negative=False)
 
 
 def test_id_out_of_the_data_set_is_still_found_with_dataset_size() -> None:
@@ -230,36 +231,29 @@ def test_the_unsigned_range_check_says_what_both_ends_say(dtype: torch.dtype, n:
 
 @pytest.mark.parametrize("dataset_size", [None, 0, 1, 4096, 10_000])
 @pytest.mark.parametrize("n", [64, 1023, 1024, 4096])
-def test_the_ids_fast_check_passes_only_what_the_full_checks_pass(n: int, dataset_size: int | None) -> None:
-    """``sample_ids_fit`` says yes only to ids the full checks (``validate_sample_ids``, then the ledger's range
-    against ``dataset_size``) take; every id it refuses is refused by them with their message, or taken by them.
+def test_the_ids_checks_take_exactly_the_valid_ids(n: int, dataset_size: int | None) -> None:
+    """``update(..., sample_ids=)`` takes exactly the ids a plain check takes: integers, one per sample, >= 0 and,
+    with ``dataset_size``, below it; small and large batches (NumPy's and torch's reductions), ids at either end.
     """
-    metric = VarlenAUROC(dataset_size=dataset_size)
-    shape = torch.Size([n])
+    preds, target = torch.rand(n), torch.randint(0, 2, (n,))
     cases = [torch.arange(n), torch.arange(n).flip(0), torch.arange(2 * n)[::2], torch.arange(n, dtype=torch.int32)]
     for where in (0, n // 2, n - 1):
         for value in (-1, -(2**63), 4095, 4096, 9_999, 10_000, 2**63 - 1):
             ids = torch.arange(n)
             ids[where] = value
             cases.append(ids)
-    cases += [
-        torch.arange(n).reshape(1, n),
-        torch.arange(n + 1),
-        torch.arange(n).float(),
-        torch.zeros(0, dtype=torch.long),
-    ]
+    cases += [torch.arange(n).reshape(1, n), torch.arange(n + 1), torch.arange(n).float()]
     for ids in cases:
-        fit = sample_ids_fit(ids, shape if ids.numel() else torch.Size([0]), dataset_size)
+        metric = VarlenAUROC(dataset_size=dataset_size)
+        valid = not ids.is_floating_point() and tuple(ids.shape) == (n,) and int(ids.min()) >= 0
+        valid = valid and (dataset_size is None or int(ids.max()) < dataset_size)
         try:
-            bounds = validate_sample_ids(ids, shape if ids.numel() else torch.Size([0]), high=dataset_size is not None)
-            metric._ledger.check_ids(ids, bounds)
-            metric._ledger.check_ids(ids)  # the ledger's own reading of the ends (Varlen, VarlenCollection)
+            metric.update(preds, target, sample_ids=ids)
             taken = True
         except ValueError:
             taken = False
-        assert not fit or taken, ids
-        if ids.dtype == torch.int64 and ids.ndim == 1 and ids.numel() == n:
-            assert fit == taken, ids  # the common batch is told here, both ways
+        assert taken == valid, ids
+        assert metric.rejected == (0 if valid else n)
 
 
 @pytest.mark.parametrize("dataset_size", [None, 5000])

@@ -21,7 +21,6 @@ from torchmetrics_varlen.functional._validation import (
     check_inputs,
     check_sizes,
     format_inputs,
-    sample_ids_fit,
     validate_sample_ids,
 )
 from torchmetrics_varlen.functional._weighted import _split as weighted_columns
@@ -66,10 +65,9 @@ def check_batch(
         in_unit = check_inputs(preds, target, m.task, m.num_classes, m.num_labels, m.ignore_index, m.normalization)
         if sample_ids is not None or extras:
             shape = columns_shape(m.task, preds, target)
-            size = m._ledger.dataset_size
-            if sample_ids is not None and not sample_ids_fit(sample_ids, shape, size):  # else: the full checks
-                need_high = size is not None  # the highest id is checked against it
-                m._ledger.check_ids(sample_ids, validate_sample_ids(sample_ids, shape, high=need_high))
+            if sample_ids is not None:
+                validate_sample_ids(sample_ids, shape)
+                m._ledger.check_ids(sample_ids)  # within the data set (with ``dataset_size``)
             for name, values in extras.items():
                 validate_sample_ids(values, shape, name=name, non_negative=False)
     if sample_ids is not None and m._summed is not None:

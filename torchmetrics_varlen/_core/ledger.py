@@ -267,15 +267,13 @@ class Ledger:
             )
             raise ValueError(msg)
 
-    def check_ids(self, ids: Tensor, bounds: tuple[int, int] | None = None) -> None:
-        """With ``dataset_size``: every id must lie in ``[0, dataset_size)`` (``bounds``: the ids' lowest and highest
-        value, when known).
-        """
+    def check_ids(self, ids: Tensor) -> None:
+        """With ``dataset_size``: every id must lie in ``[0, dataset_size)``."""
         if self.dataset_size is None or ids.numel() == 0:
             return
-        if bounds is None and self.dataset_size and ints_within(ids, self.dataset_size - 1):
+        if self.dataset_size and ints_within(ids, self.dataset_size - 1):
             return  # every id in range, told by one pass over the ids (any id outside: its ends, for the message)
-        low, high = bounds if bounds is not None else int_ends(ids)
+        low, high = int_ends(ids)
         if low < 0 or high >= self.dataset_size:
             bad = low if low < 0 else high
             msg = (

@@ -491,12 +491,11 @@ def require_integers(values: Any, name: str, per: str) -> None:
 
 
 def validate_sample_ids(
-    sample_ids: Tensor, shape: torch.Size, *, name: str = "sample_ids", non_negative: bool = True, high: bool = True
-) -> tuple[int, int] | None:
-    """Check per-sample integers (ids, groups): one per element (``shape``) or one per row (``(shape[0],)``).
-
-    With ``non_negative``, returns the lowest and highest value (one ``aminmax``; without ``high``, one ``min`` and
-    the highest reported as the lowest), ``None`` if there are none.
+    sample_ids: Tensor, shape: torch.Size, *, name: str = "sample_ids", non_negative: bool = True
+) -> None:
+    """Check per-sample integers (ids, groups): one per element (``shape``) or one per row (``(shape[0],)``), and
+    with ``non_negative`` none below 0 (one ``min``). Whether ids lie in the data set is the ledger's rule
+    (``Ledger.check_ids``).
     """
     require_integers(sample_ids, name, "one value per sample")
     if sample_ids.shape != shape:
@@ -509,40 +508,11 @@ def validate_sample_ids(
                 per_row = f"one value per row ({rows},)"
                 msg = f"Expected `{name}` to have the sample shape {tuple(shape)} or {per_row}, but got {got}."
             raise ValueError(msg)
-    if not non_negative or not sample_ids.numel():
-        return None
-    low, highest = int_ends(sample_ids, high=high)
-    if low < 0:
-        msg = f"Expected `{name}` to be >= 0, but found {low}."
-        raise ValueError(msg)
-    return low, highest
-
-
-_ID_TOP = 2**63 - 1  # the highest int64: without dataset_size an id only has to be >= 0
-_ID_DTYPES = frozenset((torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8))  # the fast check's
-
-
-def sample_ids_fit(sample_ids: Tensor, shape: torch.Size, dataset_size: int | None) -> bool:
-    """Whether ``sample_ids`` surely pass :func:`validate_sample_ids` and, with ``dataset_size``, the ledger's range
-    check (``[0, dataset_size)``), told by one pass over the ids; ``False``: not told here, run the full checks
-    (they raise, or pass, with their own message). The common batch: a non-empty CPU integer tensor, one id per
-    sample, read once as unsigned integers (:func:`ints_within`); small ones without ``dataset_size``: one ``min``.
-    """
-    if type(sample_ids) is not Tensor or on_device(sample_ids) or sample_ids.dtype not in _ID_DTYPES:
-        return False
-    if sample_ids.shape != shape:
-        rows = shape[0] if len(shape) else 1
-        if sample_ids.ndim != 1 or sample_ids.shape[0] != rows:
-            return False
-    n = sample_ids.numel()
-    if not n:
-        return False
-    if not _on_host(sample_ids):  # small: one torch reduction (NumPy's fixed cost is higher); large: torch's threads
-        if dataset_size is None:
-            return int(sample_ids.min()) >= 0
-        low, high = torch.aminmax(sample_ids)
-        return int(low) >= 0 and int(high) < dataset_size
-    return ints_within(sample_ids, _ID_TOP if dataset_size is None else dataset_size - 1) is True
+    if non_negative and sample_ids.numel():
+        low = int_ends(sample_ids, high=False)[0]
+        if low < 0:
+            msg = f"Expected `{name}` to be >= 0, but found {low}."
+            raise ValueError(msg)
 
 
 def validate_metric_args(
