@@ -81,6 +81,35 @@ def test_a_second_pass_without_reset_raises_and_reset_recovers(kind: str) -> Non
     assert _value(kind, metric.compute()) == pytest.approx(_expected(kind, preds, target), abs=1e-6)
 
 
+@pytest.mark.parametrize("kind", ["auroc", "varlen", "collection"])
+def test_a_refused_batch_fed_again_is_named_as_the_cause_and_skipping_it_is_exact(kind: str) -> None:
+    """A batch refused for a bad label, fixed and fed again, deals its rows twice: the padding error names that cause
+    first (at compute(), or for a collection at the update that cuts the extra row). Skipping the refused batch
+    instead gives the exact value of the rows evaluated, with the "never seen" warning for the skipped ones.
+    """
+    preds, target = scores_and_labels(N, 5)
+    preds = preds.float()
+    bad = list(range(3 * BATCH, 4 * BATCH))
+    for retry in (True, False):
+        metric = _makers()[kind](N)
+        with pytest.raises(ValueError, match="refused") if retry else pytest.warns(UserWarning, match="never seen"):
+            for start in range(0, N, BATCH):
+                part = list(range(start, min(start + BATCH, N)))
+                if part == bad:
+                    broken = target[part].clone()
+                    broken[2] = 2  # a label out of range: every metric refuses it (torchmetrics' own too)
+                    with pytest.raises((ValueError, RuntimeError), match="target"):  # torchmetrics: RuntimeError
+                        metric.update(preds[part], broken)
+                    if not retry:
+                        continue
+                metric.update(preds[part], target[part])
+            value = metric.compute()
+        if retry:
+            continue
+        kept = [i for i in range(N) if i not in bad]
+        assert _value(kind, value) == pytest.approx(_expected(kind, preds[kept], target[kept]), abs=1e-6)
+
+
 def case_wrong_then_right(rank: int, world: int, kind: str) -> list[Any]:
     """Epoch 0 with dataset_size=len(loader), epoch 1 with len(dataset), on a real DistributedSampler each."""
     preds, target = scores_and_labels(N, 3)

@@ -231,7 +231,7 @@ class Ledger:
         counts alone, for an intake whose members may be computed without it (a collection's).
         """
         rank, world = group_position(process_group)
-        check_padding(self.what, self.dataset_size, world, [padding], rank)
+        check_padding(self.what, self.dataset_size, world, [padding], rank, self.own[2])
 
     def stored_mode(self, host: Any, mode: str, column: bool, rows: bool | None = None) -> str | None:
         """The mode (``"ids"``, ``"weights"``) the epoch's first *accepted* batch decided: ``mode`` when the stored
@@ -317,7 +317,8 @@ class Ledger:
         _, world = group_position(getattr(host, "process_group", None))
         partial = not synced and world > 1
         if not partial and bases == {0}:  # after a resume on another world size the old ranks' padding is in too
-            check_padding(self.what, self.dataset_size, len(info), [i["padding_dropped"] for i in info])
+            padding, rejected = [i["padding_dropped"] for i in info], sum(i["rejected"] for i in info)
+            check_padding(self.what, self.dataset_size, len(info), padding, rejected=rejected)
         return report_from_counts(info, kept, self.dataset_size, partial=partial)
 
     def warn(self, report: SyncReport | None) -> None:
