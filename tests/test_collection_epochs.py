@@ -174,3 +174,48 @@ def test_without_dataset_size_a_partial_member_reset_is_that_members_new_epoch()
     collection.update(preds[30:].float(), target[30:])
     assert float(collection["acc"].compute()) == pytest.approx(accuracy_score(target[30:], preds[30:] > 0.5), abs=1e-6)
     assert float(collection["auroc"].compute()) == pytest.approx(roc_auc_score(target, preds), abs=1e-6)
+
+
+def case_partial_passes(rank: int, world: int, ending: str) -> list[Any]:
+    """Three epochs of a partial pass (``limit_val_batches``: the first 2 batches of 4 rows of every rank), each
+    ended by ``ending``: per epoch the "never seen" warnings and every member's ``sync_report.missing``.
+    """
+    preds, target = scores_and_labels(N, 9)
+    collection = _collection(N)
+    out = []
+    for epoch in range(3):
+        rows = list(DistributedSampler(range(N), num_replicas=world, rank=rank, shuffle=True, seed=epoch))[:8]
+        for start in range(0, len(rows), 4):
+            collection.update(preds[rows[start : start + 4]].float(), target[rows[start : start + 4]])
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            _end_epoch(collection, ending)
+        texts = [str(w.message) for w in seen if "never seen" in str(w.message)]
+        members = dict(collection.items(keep_base=True, copy_state=False))
+        out.append((texts, {name: m.sync_report.missing for name, m in members.items()}))
+    return out
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_a_partial_pass_warns_whichever_way_the_values_are_taken(ending: str) -> None:
+    """``limit_val_batches`` with ``dataset_size`` on the collection: the "never seen" warning comes every epoch,
+    naming the collection's dataset_size, whether the collection computes (one warning) or Lightning's
+    ``log_dict(collection)`` computes each member (the members warn, with the collection's text); every member's
+    ``sync_report`` counts the samples never seen.
+    """
+    for texts, missing in case_partial_passes(0, 1, ending):
+        assert texts, ending
+        assert set(texts) == {texts[0]}
+        assert texts[0].startswith(f"VarlenCollection: dataset_size={N} but only 8 samples were evaluated:")
+        assert len(texts) == 1 if ending == "collection" else len(texts) >= 1
+        assert missing == dict.fromkeys(("acc", "ap", "auroc"), N - 8)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_a_partial_pass_warns_on_every_rank_whichever_way_the_values_are_taken(pool: DistPool, ending: str) -> None:
+    for rank_out in pool.values(case_partial_passes, 2, ending):
+        for texts, missing in rank_out:
+            assert texts and set(texts) == {texts[0]}
+            assert texts[0].startswith(f"VarlenCollection: dataset_size={N} but only 16 samples were evaluated:")
+            assert missing == dict.fromkeys(("acc", "ap", "auroc"), N - 16)

@@ -108,8 +108,8 @@ class VarlenCollection(MetricCollection):
         sync_key: str | None = None,
     ) -> None:
         validate_dedup_and_timeout(dataset_size, sync_timeout)
+        self.dataset_size = dataset_size  # before the metrics are added (``add_metrics``)
         super().__init__(metrics, *additional_metrics, prefix=prefix, postfix=postfix, compute_groups=compute_groups)
-        self.dataset_size = dataset_size
         self.sync_timeout = sync_timeout
         check_sync_key(sync_key)
         self._sync_base = sync_key or "VarlenCollection"
@@ -131,6 +131,11 @@ class VarlenCollection(MetricCollection):
             metric = self._modules[name]
             if isinstance(metric, Metric):
                 self._modules[name] = _adopt(name, metric)
+        size = self.__dict__.get("dataset_size")
+        for _, guard in self._member_guards():
+            # A member computed on its own (Lightning's ``log_dict(collection)``) reports and warns against the
+            # collection's dataset_size: the collection cut the padding of the batches it got.
+            guard._ledger.cut_by = None if size is None else ("VarlenCollection", size)
 
     # ------------------------------------------------------------------ batches
 
@@ -290,11 +295,17 @@ class VarlenCollection(MetricCollection):
     def compute(self) -> dict[str, Any]:
         """Every metric's value, after one joint sync of all of their states."""
         members = self._sync_members()
+        # the collection warns for its members (below), once: they stay quiet in this compute
+        quiet = [(g._ledger, g._ledger.warned) for _, g in self._member_guards() if g._ledger.cut_by is not None]
+        for ledger, _ in quiet:
+            ledger.warned = True
         try:
             values = super().compute()
         finally:
             for metric in members:
                 metric._pending_sync = None
+            for ledger, warned in quiet:
+                ledger.warned = warned
         self._report()
         self._refuse_direct_updates()
         self._ledger.warn(self.sync_report)

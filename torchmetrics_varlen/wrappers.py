@@ -310,13 +310,14 @@ class Varlen(GuardedMetric):
                 setattr(inner, name, value)
 
     def reset(self) -> None:
-        """Forget every sample (the wrapped metric's states and the wrapper's counters)."""
+        """Forget every sample (the wrapped metric's states and the wrapper's counters); ``sync_report`` stays until
+        the next ``compute()``, as the package's metrics keep theirs (Lightning resets right after computing).
+        """
         super().reset()
         fresh_lists(self.metric)
         self.metric.reset()
         self._ledger.reset()
         self._units = {}
-        self.sync_report = None
 
     def persistent(self, mode: bool = False) -> None:
         """Make the wrapper's and the wrapped metric's states part of ``state_dict()`` (or not)."""

@@ -21,7 +21,7 @@ import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -38,6 +38,9 @@ from torchmetrics_varlen._dist.exchange import (
     exchange_states,
 )
 from torchmetrics_varlen._dist.group import GroupLayout, distributed_available, group_position
+
+if TYPE_CHECKING:
+    from torchmetrics_varlen._core.ledger import Ledger
 
 # What the metric classes, ``Varlen`` and ``VarlenCollection`` use of the transport: through this seam only.
 __all__ = [
@@ -185,6 +188,7 @@ class GuardedMetric(Metric):
 
     sync_timeout: float | None
     _config: dict[str, Any]
+    _ledger: Ledger  # the sample ledger: positions, counters, the report and its warning (``_core/ledger.py``)
     _sync_base: str
     _sync_identity: str
     _sync_qualifier: str = ""

@@ -121,6 +121,9 @@ class Ledger:
         self.saved_at: tuple[int, int] | None = None  # (rank, world) of loaded states, until checked
         self.persistent = False  # for a ledger that keeps its own counters (the host's states decide otherwise)
         self.warned = False
+        # (name, dataset_size) of the VarlenCollection that cuts the sampler padding before the host's batches arrive
+        # (the host has no dataset_size of its own): the report's ``missing`` and the warning count against it
+        self.cut_by: tuple[str, int] | None = None
         self.dealt = 0  # rows of every batch this process gave the ledger (taken or refused), never reset
         # per counter on the device path: (the tensor, its version, its value), so that a value is read back from the
         # device once, not per batch (``position()`` reads two counters with ``dataset_size``)
@@ -319,7 +322,13 @@ class Ledger:
         if not partial and bases == {0}:  # after a resume on another world size the old ranks' padding is in too
             padding, rejected = [i["padding_dropped"] for i in info], sum(i["rejected"] for i in info)
             check_padding(self.what, self.dataset_size, len(info), padding, rejected=rejected)
-        return report_from_counts(info, kept, self.dataset_size, partial=partial)
+        return report_from_counts(info, kept, self._expected()[1], partial=partial)
+
+    def _expected(self) -> tuple[str, int | None]:
+        """Who names the data set the evaluation should cover, and its size (``None``: not known)."""
+        if self.dataset_size is None and self.cut_by is not None:
+            return self.cut_by
+        return self.what, self.dataset_size
 
     def warn(self, report: SyncReport | None) -> None:
         """The "never seen" warning, once per epoch, the same text on every rank (every rank has the report),
@@ -331,8 +340,9 @@ class Ledger:
             return
         self.warned = True
         rejected = f" ({report.rejected} rows were in batches that update() rejected)" if report.rejected else ""
+        what, size = self._expected()
         warnings.warn(
-            f"{self.what}: dataset_size={self.dataset_size} but only {report.kept} samples were evaluated:"
+            f"{what}: dataset_size={size} but only {report.kept} samples were evaluated:"
             f" {report.missing} were never seen{rejected}. The cause cannot be told from here: a partial pass over"
             " the data (Lightning's sanity check, `limit_val_batches`, a loop stopped early), a DistributedSampler"
             " with drop_last=True (it drops the tail; drop_last=False pads instead, and the padding is removed"
