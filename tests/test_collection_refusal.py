@@ -212,3 +212,24 @@ def test_a_forward_that_fails_after_its_update_leaves_every_member_as_it_was(nam
     for value in metrics.compute().values():
         assert float(value) == pytest.approx(expected, abs=1e-7)
     assert metrics.sync_report.rejected == 4
+
+
+@pytest.mark.parametrize("call", ["update", "forward"])
+def test_a_misspelt_keyword_is_refused_not_dropped(call: str) -> None:
+    """``MetricCollection`` drops a keyword no metric takes; a misspelt ``sample_id=`` would silently turn the dedup
+    off. The collection refuses it (nothing taken, the rows counted as rejected), the loop goes on, and a batch fed
+    twice with the right keyword is counted once.
+    """
+    batches = _batches(11, 3, size=16)
+    ids = [torch.arange(16 * i, 16 * (i + 1)) for i in range(3)]
+    collection = VarlenCollection({"auroc": VarlenAUROC(), "ap": VarlenAveragePrecision()})
+    feed = collection.update if call == "update" else collection
+    with pytest.raises(TypeError, match=r"keyword argument\(s\) \['sample_id'\], which none of its metrics takes"):
+        feed(*batches[0], sample_id=ids[0])
+    for (preds, target), batch_ids in zip([*batches, batches[0]], [*ids, ids[0]], strict=True):
+        feed(preds=preds, target=target, sample_ids=batch_ids)  # keywords the metrics take pass
+    values = {k: float(v) for k, v in collection.compute().items()}
+    assert values == pytest.approx(_reference(batches), abs=1e-6)
+    assert collection.sync_report is not None
+    assert collection.sync_report.rejected == 16
+    assert collection.sync_report.kept == 48

@@ -149,6 +149,8 @@ class VarlenCollection(MetricCollection):
         self._epoch.ledger_info = None  # new rows: the last joint sync's counters are stale
         out: Any = {}
         with ledger.batch(self, batch_rows(args, kwargs)) as batch:  # refused (it raises): its rows rejected
+            if kwargs:
+                self._check_keywords(kwargs)
             ledger.check_mode(self._epoch.mode, ids is not None)
             if ids is not None:
                 ledger.check_ids(ids)
@@ -166,6 +168,19 @@ class VarlenCollection(MetricCollection):
         epoch = self._epoch
         epoch.mode = epoch.mode or ("ids" if ids is not None else "none")
         return out
+
+    def _check_keywords(self, kwargs: dict[str, Any]) -> None:
+        """Raise on a keyword argument that no metric takes (``MetricCollection`` gives each metric the keywords its
+        ``update`` takes and drops the rest: a misspelt ``sample_id=`` would silently turn the dedup off).
+        """
+        taken = {key for metric in self.values(copy_state=False) for key in metric._filter_kwargs(**kwargs)}
+        unknown = sorted(set(kwargs) - taken)
+        if unknown:
+            msg = (
+                f"VarlenCollection.update() got the keyword argument(s) {unknown}, which none of its metrics takes;"
+                " check the spelling (e.g. `sample_ids`, `sample_weight`). The batch was not added."
+            )
+            raise TypeError(msg)
 
     def _precheck(self, args: tuple[Any, ...], kwargs: dict[str, Any], forward: bool) -> None:
         """When several metrics (compute groups in ``update``, every metric in ``forward``) will take the batch, the
