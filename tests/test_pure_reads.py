@@ -18,7 +18,7 @@ from _dist import DistPool, count_syncs
 from sklearn.metrics import accuracy_score, average_precision_score, roc_auc_score
 from torch import Tensor
 from torchmetrics import Metric, MetricCollection
-from torchmetrics.classification import BinaryAccuracy
+from torchmetrics.classification import BinaryAccuracy, BinaryAUROC
 
 import torchmetrics_varlen as tv
 from torchmetrics_varlen import Varlen, VarlenCollection
@@ -258,3 +258,29 @@ def test_compute_is_a_pure_read(factory: Callable[[], Metric]) -> None:
     assert _value(metric) == first == pytest.approx(_reference(factory, preds, target), abs=1e-6)
     assert _changes(before, _states(metric)) == {}
     assert metric.sync_report == report  # (the second compute's report: the same evaluation)
+
+
+def _auroc_wrapped() -> Metric:
+    return Varlen(BinaryAUROC(), dataset_size=N)  # the wrapped metric's own list states
+
+
+@pytest.mark.parametrize("factory", [*FACTORIES, _auroc_wrapped], ids=lambda f: f.__name__.strip("_"))
+def test_a_state_dict_loads_the_same_states_every_time(factory: Callable[[], Metric]) -> None:
+    """One saved ``state_dict`` loaded into two metrics, and again into the first after it took more batches: each
+    load starts from the saved states (torchmetrics installs the state_dict's list objects, which later batches would
+    append to), and each metric, fed the rest of the data, computes scikit-learn's value on all of it.
+    """
+    preds, target = _data()
+    source = factory()
+    source.persistent(True)
+    source.update(preds[:200], target[:200])
+    saved = source.state_dict()
+    first, second = factory(), factory()
+    for metric in (first, second, first):
+        metric.persistent(True)
+        metric.load_state_dict(saved)
+        metric.update(preds[200:], target[200:])
+        reference = roc_auc_score(target, preds) if factory is _auroc_wrapped else _reference(factory, preds, target)
+        assert _value(metric) == pytest.approx(reference, abs=1e-6)
+    source.update(preds[200:], target[200:])
+    assert _value(source) == pytest.approx(reference, abs=1e-6)

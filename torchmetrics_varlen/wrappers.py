@@ -35,6 +35,17 @@ _IDS = "#ids"  # the wire name of the ids (never a state name of the wrapped met
 _UNIT_MODE = "{} per sample"  # the sync's mode of each list state: what a sample adds to it (``_states.UNITS``)
 
 
+def _own_loaded_lists(module: Varlen, incompatible: Any) -> None:
+    """After ``load_state_dict``: the wrapped metric's list states are its own lists, not the state_dict's (which its
+    next batches would append to: the same state_dict loaded again would hold them too).
+    """
+    inner = module.metric
+    for name, default in inner._defaults.items():
+        value = inner.__dict__.get(name)
+        if isinstance(default, list) and isinstance(value, list):
+            setattr(inner, name, list(value))
+
+
 class Varlen(GuardedMetric):
     r"""Any torchmetrics metric, synced the way this package's own metrics are.
 
@@ -111,6 +122,7 @@ class Varlen(GuardedMetric):
         self._ledger = Ledger(self._sync_name_of(metric), dataset_size, _OWN[1:])
         self._mirror()
         self._init_sync(sync_key)
+        self.register_load_state_dict_post_hook(_own_loaded_lists)  # type: ignore[no-untyped-call]  # (torch's)
 
     # ------------------------------------------------------------------ the wrapped metric's states, as its own
 

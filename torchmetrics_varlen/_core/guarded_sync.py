@@ -215,9 +215,16 @@ class GuardedMetric(Metric):
         own_tensor_states(self)
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
-        """As torchmetrics'; the loaded tensor states are the metric's own (:func:`own_tensor_states`)."""
+        """As torchmetrics'; the loaded states are the metric's own: its tensors (:func:`own_tensor_states`) and its
+        lists (torchmetrics installs the state_dict's list objects, which the next batches would append to: the same
+        state_dict loaded again, into this metric or another, would hold them too).
+        """
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         own_tensor_states(self)
+        for name, default in self._defaults.items():
+            value = self.__dict__.get(name)
+            if isinstance(default, list) and isinstance(value, list):
+                setattr(self, name, list(value))
 
     # ------------------------------------------------------------------ hooks
 
