@@ -400,9 +400,9 @@ def _expected_check(
 
 @pytest.mark.parametrize("seed", range(300))
 def test_check_inputs_raises_exactly_where_a_plain_check_says(seed: int) -> None:
-    """Drawn batches (task, label dtype, labels out of range or fractional or NaN, NaN / infinite / logit scores,
-    ``ignore_index``, normalisation): ``check_inputs`` accepts or refuses each as a plain NumPy check does, with its
-    message, and says whether the scores lie in [0, 1] as that check does.
+    """Drawn batches (task, label dtype, labels out of range or fractional or NaN, NaN / infinite / logit scores of
+    four float dtypes, strided views, ``ignore_index``, normalisation): ``check_inputs`` accepts or refuses each as a
+    plain NumPy check does, with its message, and says whether the scores lie in [0, 1] as that check does.
     """
     gen = np.random.default_rng(seed)
     task = str(gen.choice(["binary", "multiclass", "multilabel"]))
@@ -422,7 +422,10 @@ def test_check_inputs_raises_exactly_where_a_plain_check_says(seed: int) -> None
         labels = np.nan_to_num(np.trunc(labels), nan=0, posinf=0, neginf=0)
     if label_dtype == "bool":
         labels = labels != 0
-    preds = torch.tensor(scores, dtype=torch.float32)
+    dtype = [torch.float16, torch.bfloat16, torch.float32, torch.float64][int(gen.integers(0, 4))]
+    preds = torch.tensor(scores, dtype=dtype)
+    if gen.random() < 0.3:  # a strided view, as a column of a softmax or a transposed output hands it over
+        preds = torch.stack((preds, preds), dim=-1)[..., 0] if task == "binary" else preds.T.contiguous().T
     target = torch.tensor(labels.astype(str(label_dtype)) if label_dtype != "bool" else labels)
     normalization = gen.choice([None, "sigmoid", "softmax"])
     expected = _expected_check(preds, target, task, top, ignore_index, normalization)

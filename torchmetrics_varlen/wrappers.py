@@ -10,7 +10,14 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
-from torchmetrics_varlen._core.guarded_sync import Agreed, Gathered, GuardedMetric, Payload, fresh_lists
+from torchmetrics_varlen._core.guarded_sync import (
+    Agreed,
+    Gathered,
+    GuardedMetric,
+    Payload,
+    fresh_lists,
+    own_list_states,
+)
 from torchmetrics_varlen._core.ledger import Ledger, warning_compute
 from torchmetrics_varlen._core.report import SyncReport
 from torchmetrics_varlen._core.states import (
@@ -39,11 +46,7 @@ def _own_loaded_lists(module: Varlen, incompatible: Any) -> None:
     """After ``load_state_dict``: the wrapped metric's list states are its own lists, not the state_dict's (which its
     next batches would append to: the same state_dict loaded again would hold them too).
     """
-    inner = module.metric
-    for name, default in inner._defaults.items():
-        value = inner.__dict__.get(name)
-        if isinstance(default, list) and isinstance(value, list):
-            setattr(inner, name, list(value))
+    own_list_states(module.metric)
 
 
 class Varlen(GuardedMetric):

@@ -221,10 +221,7 @@ class GuardedMetric(Metric):
         """
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         own_tensor_states(self)
-        for name, default in self._defaults.items():
-            value = self.__dict__.get(name)
-            if isinstance(default, list) and isinstance(value, list):
-                setattr(self, name, list(value))
+        own_list_states(self)
 
     # ------------------------------------------------------------------ hooks
 
@@ -412,6 +409,17 @@ def own_tensor_states(metric: Metric) -> None:
         value = metric.__dict__.get(name)
         if isinstance(value, Tensor):
             setattr(metric, name, value.clone())
+
+
+def own_list_states(metric: Metric) -> None:
+    """Give ``metric`` list states of its own (shallow copies) after ``load_state_dict``: torchmetrics installs the
+    state_dict's list objects, which the metric's next batches would append to (the same state_dict loaded again
+    would hold them too). Not for copies: ``deepcopy`` keeps the lists a compute group's members share.
+    """
+    for name, default in metric._defaults.items():
+        value = metric.__dict__.get(name)
+        if isinstance(default, list) and isinstance(value, list):
+            setattr(metric, name, list(value))
 
 
 def fresh_lists(metric: Metric) -> None:
