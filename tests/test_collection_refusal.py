@@ -233,3 +233,92 @@ def test_a_misspelt_keyword_is_refused_not_dropped(call: str) -> None:
     assert collection.sync_report is not None
     assert collection.sync_report.rejected == 16
     assert collection.sync_report.kept == 48
+
+
+def _accuracy(batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    from sklearn.metrics import accuracy_score
+
+    preds = torch.cat([p for p, _ in batches]).numpy()
+    target = torch.cat([t for _, t in batches]).numpy()
+    return f32(accuracy_score(target, preds >= 0.5))
+
+
+@pytest.mark.parametrize("order", [("auroc", "acc"), ("acc", "auroc")])
+@pytest.mark.parametrize("call", ["update", "forward"])
+def test_a_batch_a_wrapped_torchmetrics_metric_refuses_reaches_no_member(order: tuple[str, ...], call: str) -> None:
+    """``BinaryAccuracy`` refuses the label -1 that ``VarlenAUROC(ignore_index=-1)`` accepts, inside its own update:
+    whichever member comes first, neither keeps the batch (before, the AUROC member kept it when updated first), the
+    rows count as rejected in the collection and in each member, and the loop goes on exact over several epochs.
+    """
+    from torchmetrics.classification import BinaryAccuracy
+
+    members = {"auroc": lambda: VarlenAUROC(ignore_index=-1), "acc": BinaryAccuracy}
+    metrics = VarlenCollection({f"{i}_{name}": members[name]() for i, name in enumerate(order)}, compute_groups=False)
+    step = metrics.update if call == "update" else metrics.forward
+    for epoch in range(3):
+        batches = _batches(10 + epoch, 4)
+        for i, batch in enumerate(batches):
+            step(*batch)
+            if i in (0, 2):  # (torchmetrics raises a RuntimeError)
+                with pytest.raises(RuntimeError, match="target"):
+                    step(*_with_a_refused_label(batches[3]))
+        values = _values(metrics)
+        assert values["auroc"] == pytest.approx(_reference(batches)["auroc"], abs=1e-7)
+        assert values["acc"] == pytest.approx(_accuracy(batches), abs=1e-7)
+        assert sum(p.numel() for p in _member(metrics, "auroc").preds) == 160
+        assert metrics.sync_report.rejected == 80
+        for _, member in metrics.items():
+            assert member.sync_report.rejected == 80
+            assert member.sync_report.kept == 160
+        metrics.reset()
+
+
+def test_a_compute_group_that_took_a_refused_batch_is_put_back_whole() -> None:
+    """Two 16-bit members share one compute group (its first member takes each batch, the other reads the same
+    states); a third member, after them in name order, refuses the label -1 they ignore. The shared histogram and
+    counters are put back in place, so both members of the group keep scikit-learn's values (scores k / 64 are exact
+    in bfloat16, so the 16-bit mode gives the exact value).
+    """
+    gen = torch.Generator().manual_seed(7)
+    batches = []
+    for _ in range(4):
+        target = torch.randint(0, 2, (32,), generator=gen)
+        batches.append((torch.randint(0, 65, (32,), generator=gen) / 64, target))
+    metrics = VarlenCollection(
+        {
+            "a": VarlenAUROC(thresholds=torch.bfloat16, ignore_index=-1),
+            "b": VarlenAveragePrecision(thresholds=torch.bfloat16, ignore_index=-1),
+            "c": VarlenAveragePrecision(),
+        }
+    )
+    for i, batch in enumerate(batches):
+        metrics.update(*batch)
+        if i == 1:
+            assert sorted(map(sorted, metrics.compute_groups.values())) == [["a", "b"], ["c"]]
+            with pytest.raises(ValueError, match="target"):
+                metrics.update(*_with_a_refused_label(batches[3]))
+    values = metrics.compute()
+    expected = _reference(batches)
+    assert float(values["a"]) == pytest.approx(expected["auroc"], abs=1e-7)
+    assert float(values["b"]) == pytest.approx(expected["ap"], abs=1e-7)
+    assert float(values["c"]) == pytest.approx(expected["ap"], abs=1e-7)
+    assert metrics.sync_report.rejected == 32
+
+
+@pytest.mark.parametrize("call", ["update", "forward"])
+def test_a_refused_batch_keeps_the_members_cached_values(call: str) -> None:
+    """A batch the collection refuses leaves its members as they were, their cached values too, so that a rank that
+    refused a batch after ``compute()`` does not sync again alone (guard.md): the next ``compute()`` reads the cache.
+    """
+    from torchmetrics.classification import BinaryAccuracy
+
+    metrics = VarlenCollection({"acc": BinaryAccuracy(), "auroc": VarlenAUROC(ignore_index=-1)})
+    batches = _batches(20, 2)
+    for batch in batches:
+        metrics.update(*batch)
+    first = {name: float(value) for name, value in metrics.compute().items()}
+    with pytest.raises(RuntimeError, match="target"):
+        getattr(metrics, call)(*_with_a_refused_label(batches[0]))
+    assert all(member._computed is not None for _, member in metrics.items())
+    assert {name: float(value) for name, value in metrics.compute().items()} == first
+    assert first["auroc"] == pytest.approx(_reference(batches)["auroc"], abs=1e-7)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from _float32 import expit, softmax
+from _float32 import expit, f32, softmax
 from sklearn.metrics import roc_auc_score
 
 from torchmetrics_varlen import VarlenAUROC, VarlenMulticlassAUROC
@@ -145,6 +145,44 @@ def test_mode_switches_raise_after_many_batches(thresholds: object) -> None:
         with pytest.raises(ValueError, match="this update has no `sample_ids` but earlier updates had"):
             ids.update(preds[30:], target[30:])
     assert plain.rejected == 10 + (10 if thresholds is None else 0)
+
+
+@pytest.mark.parametrize(
+    ("column", "thresholds"),  # sample_ids need the exact mode
+    [("sample_ids", None), ("sample_weight", None), ("sample_weight", torch.bfloat16), ("sample_weight", 5)],
+)
+@pytest.mark.parametrize("calls", [("update", "forward"), ("forward", "forward"), ("forward", "update")])
+def test_a_mode_switch_through_forward_is_refused_and_changes_nothing(
+    thresholds: object, column: str, calls: tuple[str, str]
+) -> None:
+    """``forward`` updates a reset metric inside torchmetrics' forward, yet a batch that switches the epoch's mode
+    (ids or weights given or not) is refused there as in ``update``, and the metric keeps scikit-learn's value of the
+    batches it took; each way round, after one or several batches.
+    """
+    gen = torch.Generator().manual_seed(3)
+    target = torch.randint(0, 2, (40,), generator=gen)
+    preds = torch.randint(0, 65, (40,), generator=gen) / 64  # exact in bfloat16: the 16-bit mode is exact
+    extra = {"sample_ids": torch.arange(40), "sample_weight": torch.ones(40)}[column]
+    for given_first in (True, False):
+        metric = VarlenAUROC(thresholds=thresholds)
+        step = {"update": metric.update, "forward": metric.forward}
+        for s in range(0, 30, 10):
+            first = {column: extra[s : s + 10]} if given_first else {}
+            step[calls[0]](preds[s : s + 10], target[s : s + 10], **first)
+        second = {} if given_first else {column: extra[30:]}
+        with pytest.raises(ValueError, match=f"this update has {'no ' if given_first else ''}`{column}`"):
+            step[calls[1]](preds[30:], target[30:], **second)
+        assert metric.rejected == 10
+        assert float(metric.compute()) == pytest.approx(_taken_value(thresholds, preds[:30], target[:30]), abs=1e-7)
+
+
+def _taken_value(thresholds: object, preds: torch.Tensor, target: torch.Tensor) -> float:
+    """scikit-learn's AUROC; binned: torchmetrics' (the same thresholds count ties as torchmetrics does)."""
+    if isinstance(thresholds, int):
+        from torchmetrics.classification import BinaryAUROC
+
+        return float(BinaryAUROC(thresholds=thresholds)(preds, target))
+    return f32(roc_auc_score(target, preds))
 
 
 @pytest.mark.parametrize(

@@ -21,13 +21,12 @@ from torchmetrics_varlen._core.guarded_sync import (
 from torchmetrics_varlen._core.joint import sync_together
 from torchmetrics_varlen._core.ledger import Ledger
 from torchmetrics_varlen._core.report import SyncReport
-from torchmetrics_varlen._core.rollback import forward_snapshot, restore_forward
+from torchmetrics_varlen._core.rollback import restore, snapshot
 from torchmetrics_varlen._core.wrapped import batch_rows, cut_batch, inner_config
 from torchmetrics_varlen.functional._validation import validate_dedup_and_timeout
 from torchmetrics_varlen.wrappers import Varlen
 
 _LEDGER = "#ledger."  # the prefix of the collection's counters in its first part's metadata
-# Plain attributes the collection (and torchmetrics' MetricCollection) sets per update.
 
 
 def _adopt(name: str, metric: Metric) -> Metric:
@@ -141,8 +140,8 @@ class VarlenCollection(MetricCollection):
 
     def _take(self, args: tuple[Any, ...], kwargs: dict[str, Any], call: Any, forward: bool = False) -> Any:
         """Drop the batch's sampler padding (the ledger's rule) and pass it to ``call`` (the collection's update, or
-        with ``forward`` its forward) after the metrics that will take the batch checked it (:meth:`_precheck`);
-        ``{}`` if all padding.
+        with ``forward`` its forward), all or nothing across the members (:meth:`_all_or_nothing`); ``{}`` if all
+        padding.
         """
         self._follow_member_resets()
         ledger, ids = self._ledger, kwargs.get("sample_ids")
@@ -160,8 +159,7 @@ class VarlenCollection(MetricCollection):
                 ledger.check_rank_padding(batch.process_group, ledger.own[1] + rows - kept)
             if kept or not rows:
                 args, kwargs = cut_batch(args, kwargs, rows, kept)
-                self._precheck(args, kwargs, forward)
-                out = call(*args, **kwargs)
+                out = self._all_or_nothing(call, args, kwargs, forward, kept)
             else:  # all sampler padding: no member takes it, but every member's cached value is stale, as after
                 # an update (a rank whose batch was real syncs at its next compute(); this one must sync with it)
                 self._drop_cached_values()
@@ -182,26 +180,40 @@ class VarlenCollection(MetricCollection):
             )
             raise TypeError(msg)
 
-    def _precheck(self, args: tuple[Any, ...], kwargs: dict[str, Any], forward: bool) -> None:
-        """When several metrics (compute groups in ``update``, every metric in ``forward``) will take the batch, the
-        package's metrics among them check it first, so that one refusing it raises before any other has taken it
-        (all or nothing across members; a wrapped torchmetrics metric checks inside its own update).
+    def _all_or_nothing(
+        self, call: Any, args: tuple[Any, ...], kwargs: dict[str, Any], forward: bool, rows: int
+    ) -> Any:
+        """``call(*args, **kwargs)``; when several metrics take the batch (compute groups in ``update``, every metric
+        in ``forward``) and one refuses it (or fails after taking it), every metric is put back as it was
+        (``_core/rollback.py``), cached values included, so that the batch reaches none of them; its ``rows``
+        count as rejected in each.
         """
         groups = self.compute_groups  # before the groups are formed, each metric is a group of its own
         takers: list[Any]
         if forward or not groups:  # every metric takes it (forward, or no compute groups)
             takers = list(self.values(copy_state=False))
-        else:  # each compute group's first metric
+        else:  # each compute group's first metric (the others share its states)
             takers = [getattr(self, group[0]) for group in groups.values()]
-        if len(takers) < 2:  # one compute group (AUROC, AP, curves): its first metric alone takes it, and checks it
-            return
-        for metric in takers:
-            if getattr(metric, "_checkable", False):
-                metric._precheck(args, metric._filter_kwargs(**kwargs))
+        if len(takers) < 2:  # one metric (or compute group) takes it: its own update is all or nothing
+            return call(*args, **kwargs)
+        # What each may write in place is copied, except for the last to take it: its own update is all or nothing
+        # (a refusal writes only its counters), and so is each metric's forward (it resets the metric first).
+        last = takers[-1]
+        before = [
+            (m, snapshot(m, update=not forward and metric is not last))
+            for metric in takers
+            for m in _with_inner(metric)
+        ]
+        try:
+            return call(*args, **kwargs)
+        except BaseException:
+            for metric, saved in before:
+                restore(metric, saved, rows, keep_cached=True)
+            raise
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         """Drop the batch's sampler padding (``dataset_size``), then update every metric (or compute group): a batch
-        one of the package's metrics refuses reaches none of them.
+        one of them refuses reaches none of them.
         """
         self._epoch.version += 1
         self._take(args, kwargs, super().update)
@@ -221,19 +233,11 @@ class VarlenCollection(MetricCollection):
         return _same_intake(metric1, metric2) and MetricCollection._equal_metric_states(metric1, metric2)
 
     def forward(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """Drop the batch's sampler padding, then every metric's ``forward`` (batch values, no sync); a batch made
-        only of padding reaches no metric and gives ``{}``.
+        """Drop the batch's sampler padding, then every metric's ``forward`` (batch values, no sync), all or nothing
+        across the metrics; a batch made only of padding reaches no metric and gives ``{}``.
         """
         self._epoch.version += 1
-        # Each metric's forward puts itself back when it raises, but the metrics before it had taken the batch (a
-        # failure after the checks: its value, a batch sync): every metric is put back then.
-        before = [(m, forward_snapshot(m)) for metric in self.values(copy_state=False) for m in _with_inner(metric)]
-        try:
-            out: dict[str, Any] = self._take(args, kwargs, super().forward, forward=True)
-        except BaseException:
-            for metric, snapshot in before:
-                restore_forward(metric, snapshot)
-            raise
+        out: dict[str, Any] = self._take(args, kwargs, super().forward, forward=True)
         return out
 
     def reset(self) -> None:

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from torchmetrics_varlen._core.rollback import forward_snapshot, restore_forward
+from torchmetrics_varlen._core.rollback import restore, snapshot
 from torchmetrics_varlen._dist.checkin import identity_qualifier, leave_epoch, new_identity
 from torchmetrics_varlen._dist.exchange import (
     Agreed,
@@ -292,11 +292,11 @@ class GuardedMetric(Metric):
         a call that raises (a refused batch) leaves the states as they were (torchmetrics' would leave them reset).
         """
         self._in_forward += 1
-        before = forward_snapshot(self, counters_kept=False)  # torchmetrics' forward resets before it updates
+        before = snapshot(self, update=False)  # torchmetrics' forward resets before it updates
         try:
             return super().forward(*args, **kwargs)
         except BaseException:
-            restore_forward(self, before, self._forward_rows(args, kwargs))
+            restore(self, before, self._forward_rows(args, kwargs))
             raise
         finally:
             self._in_forward -= 1

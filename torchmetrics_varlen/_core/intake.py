@@ -35,6 +35,8 @@ def _mode_kept(metric: Any, name: str, given: bool) -> bool:
     Exact mode, before a sync: the column's list state holds batches exactly when the epoch gives it. Summed modes:
     ids never reach here (refused before); the sums are float64 exactly when the epoch is weighted.
     """
+    if metric._forward_modes is not None:  # inside forward the states are reset: the epoch's modes decide
+        return False
     if metric._summed is not None:
         if name == "ids":
             return not given

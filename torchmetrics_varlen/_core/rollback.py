@@ -1,6 +1,8 @@
-"""One snapshot / restore of a metric's states around a batch: what ``forward`` (``GuardedMetric.forward``,
-``Varlen``'s intake, ``VarlenCollection.forward``) puts back when the batch is refused, so that a refused batch
-leaves the states exactly as a refused ``update`` does; the rows it dealt count as rejected in the ledger.
+"""One snapshot / restore of a metric around a batch: what a refused batch leaves behind when the refusal comes after
+the metric (or another member of its collection) had started to take it. ``GuardedMetric.forward`` and ``Varlen``'s
+intake put a metric back when its ``forward`` raises; ``VarlenCollection`` puts every member back when one of them
+refuses a batch the others took (``update`` and ``forward``). The metric is left exactly as before the call, and the
+call's rows count as rejected in its ledger.
 """
 
 from __future__ import annotations
@@ -11,45 +13,45 @@ from typing import Any
 from torch import Tensor
 from torchmetrics import Metric
 
-# What torchmetrics' ``forward`` changes before it updates: its ``reset()`` empties the list states in place and
-# assigns new tensor states, and it sets its switches (plain attributes); it puts them back only when the update and
-# the batch's compute succeed. ``forward_snapshot`` / ``restore_forward`` put every state and every plain attribute back
-# when ``forward`` raises (a refused batch), so that the metric is exactly as before the call, as after a refused
-# ``update``, without naming torchmetrics' switches.
+# What a call changes: an ``update`` appends to the list states and adds to tensor states in place (the package's
+# counters and summed states, most torchmetrics states); torchmetrics' ``forward`` first resets (empties the lists in
+# place, assigns new tensors) and sets its switches (plain attributes). :func:`snapshot` keeps the list objects and
+# their items, each tensor state (with a copy of its values when the call may write it in place) and every plain
+# attribute, so that :func:`restore` puts all of it back without naming a torchmetrics switch. The same list and
+# tensor objects are put back, their contents restored in place: a compute group's members share them.
 
 
 @dataclass
-class ForwardSnapshot:
-    """The states of a metric before its ``forward`` (list states: the list and its items; tensors: the tensor, or a
-    copy of those written in place), its other plain attributes, and its ledger's count of rows dealt (``dealt``) and
-    own counters.
+class Snapshot:
+    """A metric's states before a call (list states: the list and its items; tensor states: the tensor, and a copy
+    of its values when the call may write it in place), its other plain attributes, and its ledger's count of rows
+    dealt (``dealt``) and own counters.
     """
 
     lists: dict[str, tuple[list[Any], list[Any]]]
-    tensors: dict[str, Any]
+    tensors: dict[str, tuple[Any, Tensor | None]]
     switches: dict[str, Any]
     dealt: int = 0
     own: list[int] | None = None  # a ledger that keeps its own counters: its counts before the call
 
 
-def forward_snapshot(metric: Metric, counters_kept: bool = True) -> ForwardSnapshot:
-    """What ``metric``'s ``forward`` replaces, empties or adds to in place (see above): the tensors of a metric whose
-    ``forward`` first updates its own states (torchmetrics' full-state path, which may add to its tensors in place)
-    are copied, and so are the ledger's counters (added to in place, ``_core/ledger.py``) unless ``counters_kept`` is
-    false: a ``forward`` that resets the metric before its update (torchmetrics' own) writes new counter tensors.
+def snapshot(metric: Metric, *, update: bool) -> Snapshot:
+    """What a call of ``metric`` may change (see above). ``update``: the call updates the states as they are (an
+    ``update``, or a collection's ``forward`` around its members'), so every tensor state is copied; otherwise (the
+    metric's own torchmetrics ``forward``, which resets before its update) only the ledger's counters and the states
+    of a metric whose ``forward`` updates them as they are (torchmetrics' full-state path, ``dist_sync_on_step``).
     """
     state = metric.__dict__
     # the states the metric holds itself (``Varlen`` reads its wrapped metric's: that one is snapshot on its own)
     values = {name: state[name] for name in metric._defaults if name in state}
     ledger = state.get("_ledger")
-    in_place = metric.full_state_update is not False or metric.dist_sync_on_step
-    counters = (
-        () if ledger is None or ledger.counters is None or not counters_kept else (*ledger.counters, "num_samples")
-    )
-    return ForwardSnapshot(
+    in_place = update or metric.full_state_update is not False or metric.dist_sync_on_step
+    # the ledger's counters are added to in place by any call (``Varlen`` counts its batch on itself in ``forward``)
+    counters = (*ledger.counters, "num_samples") if ledger is not None and ledger.counters is not None else ()
+    return Snapshot(
         lists={name: (value, list(value)) for name, value in values.items() if isinstance(value, list)},
         tensors={
-            name: value.clone() if (in_place or name in counters) and isinstance(value, Tensor) else value
+            name: (value, value.clone() if isinstance(value, Tensor) and (in_place or name in counters) else None)
             for name, value in values.items()
             if not isinstance(value, list)
         },
@@ -59,26 +61,31 @@ def forward_snapshot(metric: Metric, counters_kept: bool = True) -> ForwardSnaps
     )
 
 
-def restore_forward(metric: Metric, snapshot: ForwardSnapshot, rows: int | None = None) -> None:
-    """Put back what :func:`forward_snapshot` saved (after a ``forward`` that raised): the same list objects with
-    their items (a compute group shares them), the tensors, the switches; no cached value. The call's ``rows``
-    (``None``: what its ledger was dealt since the snapshot) count as rejected.
+def restore(metric: Metric, saved: Snapshot, rows: int | None = None, *, keep_cached: bool = False) -> None:
+    """Put back what :func:`snapshot` saved (after a call that raised): the same list and tensor objects with their
+    contents, the switches; no cached value, as after a refused update (``keep_cached``: the cached value too, for a
+    collection whose refusal leaves its metrics as they were). The call's ``rows`` (``None``: what its ledger was
+    dealt since the snapshot) count as rejected.
     """
     state = metric.__dict__
-    for name, (value, items) in snapshot.lists.items():
+    for name, (value, items) in saved.lists.items():
         value[:] = items
         state[name] = value
-    for name, value in snapshot.tensors.items():
+    for name, (value, values) in saved.tensors.items():
+        if values is not None:
+            value.copy_(values)
         setattr(metric, name, value)
-    state.update(snapshot.switches)
-    state["_computed"] = None  # as after a refused update: the next compute() reports the refused rows too
+    state.update(saved.switches)
+    if not keep_cached:  # as after a refused update: the next compute() reports the refused rows too
+        state["_computed"] = None
     ledger = state.get("_ledger")
     if ledger is None:
         return
-    # Every row the call dealt (taken by the update, then lost with the batch's value, or refused) counts as
-    # rejected: the sampler positions move on as they did, and no row is reported that the states do not hold.
-    dealt = ledger.dealt - snapshot.dealt if rows is None else rows
-    if snapshot.own is not None:
-        ledger.own = list(snapshot.own)
-    ledger.refuse(metric, dealt)
-    ledger.dealt -= dealt  # dealt once, by the call (the refusal only moves them to the rejected rows)
+    # Every row the call dealt (taken, then lost with the call, or refused) counts as rejected, once: the sampler
+    # positions move on as they did, and no row is reported that the states do not hold.
+    if rows is None:
+        rows = ledger.dealt - saved.dealt
+    ledger.dealt = saved.dealt
+    if saved.own is not None:
+        ledger.own = list(saved.own)
+    ledger.refuse(metric, rows)

@@ -15,7 +15,7 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from torchmetrics_varlen._core.ledger import Batch, Ledger
-from torchmetrics_varlen._core.rollback import forward_snapshot, restore_forward
+from torchmetrics_varlen._core.rollback import restore, snapshot
 from torchmetrics_varlen._core.states import ROW, stored_unit
 from torchmetrics_varlen._core.wrapped import (
     batch_rows,
@@ -185,7 +185,7 @@ def _pass_on(
         kept = batch.cut()
         args, kwargs = cut_batch(args, kwargs, rows, kept)
     count = inner.__dict__["_update_count"]
-    snapshot = forward_snapshot(inner) if call is not None and (kept or not rows) else None
+    before_call = snapshot(inner, update=False) if call is not None and (kept or not rows) else None
     try:
         value = None
         if rows and not kept:
@@ -197,8 +197,8 @@ def _pass_on(
         units = host._units
         grown = plan.check_growth(inner, before, rows if ids is not None else None, units, host._id_count)
     except BaseException:
-        if snapshot is not None:  # torchmetrics' forward reset the states before its update raised
-            restore_forward(inner, snapshot)
+        if before_call is not None:  # torchmetrics' forward reset the states before its update raised
+            restore(inner, before_call)
         lengths = {name: n for name, n in zip(plan.names, before, strict=True) if n >= 0}
         for name, elements in list_states(inner).items():
             del elements[lengths.get(name, 0) :]

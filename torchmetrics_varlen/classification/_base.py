@@ -23,7 +23,6 @@ from torch import Tensor
 from torchmetrics_varlen._core.guarded_sync import CheckedIn, Gathered, GuardedMetric, Payload, SyncRequest
 from torchmetrics_varlen._core.intake import (
     PieceCount,
-    check_batch,
     count_piece,
     take_batch,
 )
@@ -262,11 +261,13 @@ class _VarlenMetric(GuardedMetric):
 
     def _dedup_mode(self) -> str | None:
         """``"ids"`` or ``"none"`` once the first batch decided it; ``None`` before any batch."""
-        return stored_dedup_mode(self)
+        epoch = self._forward_modes
+        return epoch[0] if epoch is not None and epoch[0] is not None else stored_dedup_mode(self)
 
     def _weight_mode(self) -> str | None:
         """``"weights"`` or ``"none"`` once the first batch decided it; ``None`` before any batch."""
-        return stored_weight_mode(self)
+        epoch = self._forward_modes
+        return epoch[1] if epoch is not None and epoch[1] is not None else stored_weight_mode(self)
 
     def _update(
         self,
@@ -278,37 +279,20 @@ class _VarlenMetric(GuardedMetric):
         sample_weight: Tensor | None = None,
     ) -> None:
         """Validate, drop sampler padding, format and append (or count) one batch, all or nothing (``_core/intake``)."""
-        if self._check_only:  # a check before the batch is taken (:meth:`_precheck`): raise or change nothing
-            check_batch(self, preds, target, sample_ids, extras, sample_weight)
-            return
         take_batch(self, preds, target, sample_ids, extras, start, sample_weight)
 
-    # Whether ``update`` only binds its arguments, checks them without side effects in check-only mode
-    # (:meth:`_refused`) and calls ``_update``, so that :meth:`_precheck` can run it.
-    _checkable = True
-    _check_only = False  # set by :meth:`_precheck` while ``update`` runs: check the batch, take nothing
-    # The sampler position of the batch that ``forward`` passes to ``update`` (``None``: the ledger's next one), set
-    # by :meth:`forward` around torchmetrics' forward, whose ``reset()`` zeroes the counters the position is read from.
+    # Set by :meth:`forward` around torchmetrics' forward, whose ``reset()`` empties the states the update inside would
+    # read them from: the sampler position of the batch (``None``: the ledger's next one), and the epoch's dedup and
+    # weight modes, so that the batch is checked against the epoch (a switch of mode is refused there too).
     _forward_start: int | None = None
+    _forward_modes: tuple[str | None, str | None] | None = None
 
     def _refused(self, preds: Any, msg: str) -> ValueError:
-        """The error for a batch that ``update`` refuses before ``_update`` checks it; in a real update (not a
-        :meth:`_precheck`) the call counts as refused first, as in ``take_batch``.
+        """The error for a batch that ``update`` refuses before ``_update`` checks it; the call counts as refused
+        first, as in ``take_batch`` (torchmetrics' update wrapper counted it: the refusal takes it back).
         """
-        if not self._check_only:  # (torchmetrics' update wrapper counted the call: the refusal takes it back)
-            self._ledger.refuse(self, _rows_of(preds), counted_call=True)
+        self._ledger.refuse(self, _rows_of(preds), counted_call=True)
         return ValueError(msg)
-
-    @torch.jit.unused
-    def _precheck(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Raise as ``update(*args, **kwargs)`` would for a batch this metric refuses, changing nothing (the update
-        that follows checks the batch again, by the same function: one validation path).
-        """
-        self._check_only = True
-        try:
-            type(self).update(self, *args, **kwargs)  # the class's own update: not torchmetrics' per-call wrapper
-        finally:
-            self._check_only = False
 
     def _forward_rows(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
         return _rows_of(args[0] if args else kwargs.get("preds"))
@@ -316,21 +300,13 @@ class _VarlenMetric(GuardedMetric):
     @torch.jit.unused
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Update with the batch and return its own value; sampler positions continue from the global state."""
-        if self._checkable:
-            # Checked against the epoch's states: torchmetrics' forward updates a reset metric, where a switch of
-            # mode (ids, weights) could not be seen.
-            try:
-                self._precheck(args, kwargs)
-            except (ValueError, TypeError):
-                self._computed = None  # as a refused update: the next compute() reports the refused rows
-                self._ledger.refuse(self, _rows_of(args[0] if args else kwargs.get("preds")))
-                raise
-        # The update inside starts at the epoch's position: read now, before torchmetrics' forward resets the counters.
+        # read now, before torchmetrics' forward resets the states (a refused batch: put back by GuardedMetric.forward)
         self._forward_start = self._ledger.position(self)
+        self._forward_modes = (self._dedup_mode(), self._weight_mode())
         try:
             value = super().forward(*args, **kwargs)  # (``_in_forward`` inside: no report, no warning, no new epoch)
         finally:
-            self._forward_start = None
+            self._forward_start = self._forward_modes = None
         if self._summed is None:  # the batch's piece is in the row states now: count it (``_core/intake.py``)
             count_piece(self, self._strategy.state_names(self))
         return value
