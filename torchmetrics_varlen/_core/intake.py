@@ -14,6 +14,7 @@ from torch import Tensor
 
 from torchmetrics_varlen._core.columns import columns, columns_shape
 from torchmetrics_varlen._core.guarded_sync import SHARED_SYNCS
+from torchmetrics_varlen._core.ledger import writable_state
 from torchmetrics_varlen.functional._count import binned_confmat, count_into
 from torchmetrics_varlen.functional._hist import histogram
 from torchmetrics_varlen.functional._validation import (
@@ -158,12 +159,12 @@ def _store(
     if m._summed is None:
         append_rows(m, scores, labels, expanded)  # stored pieces merged as they arrive (below)
     elif sample_weight is None:  # counted in place, as torchmetrics adds to its tensor states
-        count_into(m.mode, getattr(m, m._summed), scores, labels, m.task, m.thresholds)
+        count_into(m.mode, writable_state(m, m._summed), scores, labels, m.task, m.thresholds)
     else:  # float64 sums of weights (one addition order, whatever the batch sizes)
         # float64 even when no row of the batch survived the padding cut: the dtype records that the epoch is
         # weighted (stored_weight_mode), as the ranks were given it, not as the rows that stayed
         counted = _weighted_count(m, scores, labels, expanded["weight"])
-        summed: Tensor = getattr(m, m._summed)
+        summed = writable_state(m, m._summed)
         if summed.dtype == torch.float64:
             summed += counted
         else:  # the epoch's first weighted batch: the int64 zeros become float64 sums

@@ -101,6 +101,18 @@ class Batch:
             add(host, "num_samples", self.stored)
 
 
+def writable_state(host: Any, name: str) -> Tensor:
+    """The host's tensor state ``name``, to be added to in place. A state made under ``torch.inference_mode()`` (reset
+    or synced inside Lightning's evaluation loop) is an inference tensor, which only inference mode may write in place:
+    outside it, the state is replaced by a normal copy first, so that the metric takes batches there too.
+    """
+    value: Tensor = host.__dict__[name]
+    if value.is_inference() and not torch.is_inference_mode_enabled():
+        value = value.clone()
+        setattr(host, name, value)
+    return value
+
+
 class Ledger:
     """The bookkeeping of one guarded metric (see the module docstring).
 
@@ -163,7 +175,7 @@ class Ledger:
         """Add ``n`` to the host's counter state ``name`` in place (``state += n``, as torchmetrics' metrics add to
         their states); on the device path its value stays known here, so that reading it needs no device read.
         """
-        value: Tensor = host.__dict__[name]
+        value = writable_state(host, name)
         number = self._known_value(name, value) if on_device(value) else None
         value += n
         if number is not None:

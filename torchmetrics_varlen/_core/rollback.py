@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 from torchmetrics import Metric
 
@@ -71,8 +72,10 @@ def restore(metric: Metric, saved: Snapshot, rows: int | None = None, *, keep_ca
     for name, (value, items) in saved.lists.items():
         value[:] = items
         state[name] = value
+    outside_inference = not torch.is_inference_mode_enabled()
     for name, (value, values) in saved.tensors.items():
-        if values is not None:
+        # (an inference tensor cannot have been written in place outside inference mode: nothing to put back)
+        if values is not None and not (outside_inference and value.is_inference()):
             value.copy_(values)
         setattr(metric, name, value)
     state.update(saved.switches)
