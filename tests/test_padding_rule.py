@@ -155,3 +155,69 @@ def test_the_samplers_own_padding_is_not_an_error(pool: DistPool, world: int) ->
     preds, target = scores_and_labels(n, 4)
     for value in pool.values(case_padding_within_the_rule, world):
         assert value == pytest.approx(f32(roc_auc_score(target, preds)), abs=1e-12)
+
+
+def case_misaligned_last_batch(rank: int, world: int, kind: str) -> Any:
+    """N = 101 on 2 ranks: rank 1's last batch holds the padding row. Its target there is one label short (a bug in
+    the user's code); cut alike, the 5 scores and 4 labels would pass as 4 rows, paired wrongly. Every kind refuses it
+    (a single metric by its shape check, ``Varlen`` and a collection before the cut), and the loop goes on.
+    """
+    preds, target = scores_and_labels(N, 4)
+    metric = _makers()[kind](N)
+    rows = list(DistributedSampler(range(N), num_replicas=world, rank=rank, shuffle=False))
+    refused = None
+    for start in range(0, len(rows), BATCH):
+        part = rows[start : start + BATCH]
+        if rank == 1 and start + BATCH >= len(rows):  # the last batch: its last row is padding
+            try:
+                metric.update(preds[part].float(), target[part][1:])
+            except ValueError as error:
+                refused = str(error)
+            continue
+        metric.update(preds[part].float(), target[part])
+    with pytest.warns(UserWarning, match="never seen"):
+        value = _value(kind, metric.compute())
+    return value, refused
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("kind", ["auroc", "varlen", "collection"])
+def test_arguments_of_different_lengths_are_refused_not_cut_alike(pool: DistPool, kind: str) -> None:
+    preds, target = scores_and_labels(N, 4)
+    last = list(DistributedSampler(range(N), num_replicas=2, rank=1, shuffle=False))
+    refused_rows = last[(len(last) - 1) // BATCH * BATCH : -1]  # rank 1's last batch (refused) less its padding
+    kept = [i for i in range(N) if i not in refused_rows]
+    results = pool.values(case_misaligned_last_batch, 2, kind)
+    for value, _ in results:
+        assert value == pytest.approx(_expected(kind, preds[kept], target[kept]), abs=1e-6)
+    refused = results[1][1]  # rank 1's error
+    assert refused is not None
+    assert "same number of rows" in refused or "same shape" in refused
+
+
+def case_a_batch_of_lists(rank: int, world: int, kind: str) -> float:
+    """Rank 1 passes one batch as Python lists (refused), catches the error and goes on: its rows still take their
+    sampler positions, so the padding row at the end is still cut.
+    """
+    preds, target = scores_and_labels(N, 6)
+    metric = _makers()[kind](N)
+    rows = list(DistributedSampler(range(N), num_replicas=world, rank=rank, shuffle=False))
+    for start in range(0, len(rows), BATCH):
+        part = rows[start : start + BATCH]
+        if rank == 1 and start == BATCH:
+            with pytest.raises((TypeError, AttributeError)):  # (torchmetrics' BinaryAccuracy: AttributeError)
+                metric.update(preds[part].float().tolist(), target[part].tolist())
+            continue
+        metric.update(preds[part].float(), target[part])
+    with pytest.warns(UserWarning, match="never seen"):
+        return _value(kind, metric.compute())
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("kind", ["auroc", "varlen", "collection"])
+def test_a_batch_refused_for_its_type_keeps_its_sampler_positions(pool: DistPool, kind: str) -> None:
+    preds, target = scores_and_labels(N, 6)
+    refused = list(DistributedSampler(range(N), num_replicas=2, rank=1, shuffle=False))[BATCH : 2 * BATCH]
+    kept = [i for i in range(N) if i not in refused]
+    for value in pool.values(case_a_batch_of_lists, 2, kind):
+        assert value == pytest.approx(_expected(kind, preds[kept], target[kept]), abs=1e-6)

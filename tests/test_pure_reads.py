@@ -284,3 +284,31 @@ def test_a_state_dict_loads_the_same_states_every_time(factory: Callable[[], Met
         assert _value(metric) == pytest.approx(reference, abs=1e-6)
     source.update(preds[200:], target[200:])
     assert _value(source) == pytest.approx(reference, abs=1e-6)
+
+
+@pytest.mark.parametrize("first", ["auroc", "ap"])
+def test_a_collection_reads_its_members_without_relinking_a_compute_group(first: str) -> None:
+    """``collection[name]`` gives the member its own copy of the compute group's states (torchmetrics' rule), so a
+    batch given to that member directly stays out of the others. The collection's own reads of its members (compute,
+    the report, the checks) must not link them back: each member keeps its value, as in a ``MetricCollection``
+    (before, the first member of the group took the batch of the member updated directly).
+    """
+    gen = torch.Generator().manual_seed(0)
+    preds, target = torch.rand(40, generator=gen), torch.randint(0, 2, (40,), generator=gen)
+    from torchmetrics.classification import BinaryAveragePrecision
+
+    ours = VarlenCollection({"auroc": tv.VarlenAUROC(), "ap": tv.VarlenAveragePrecision()})
+    theirs = MetricCollection({"auroc": BinaryAUROC(), "ap": BinaryAveragePrecision()})
+    other = "ap" if first == "auroc" else "auroc"
+    values = []
+    for metrics in (ours, theirs):
+        metrics.update(preds[:20], target[:20])
+        metrics[other].update(preds[20:], target[20:])  # one member alone gets 20 more samples
+        values.append({name: float(value) for name, value in metrics.compute().items()})
+    expected = {
+        first: {"auroc": roc_auc_score, "ap": average_precision_score}[first](target[:20], preds[:20]),
+        other: {"auroc": roc_auc_score, "ap": average_precision_score}[other](target, preds),
+    }
+    assert values[0] == pytest.approx(expected, abs=1e-6)
+    assert values[1] == pytest.approx(expected, abs=1e-6)
+    assert len(ours.compute_groups) == 1  # the two members share their states between the collection's updates

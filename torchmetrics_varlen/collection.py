@@ -149,7 +149,7 @@ class VarlenCollection(MetricCollection):
         out: Any = {}
         with ledger.batch(self, batch_rows(args, kwargs)) as batch:  # refused (it raises): its rows rejected
             if kwargs:
-                self._check_keywords(kwargs)
+                self._check_keywords(kwargs, "forward" if forward else "update")
             ledger.check_mode(self._epoch.mode, ids is not None)
             if ids is not None:
                 ledger.check_ids(ids)
@@ -167,15 +167,15 @@ class VarlenCollection(MetricCollection):
         epoch.mode = epoch.mode or ("ids" if ids is not None else "none")
         return out
 
-    def _check_keywords(self, kwargs: dict[str, Any]) -> None:
+    def _check_keywords(self, kwargs: dict[str, Any], method: str) -> None:
         """Raise on a keyword argument that no metric takes (``MetricCollection`` gives each metric the keywords its
         ``update`` takes and drops the rest: a misspelt ``sample_id=`` would silently turn the dedup off).
         """
-        taken = {key for metric in self.values(copy_state=False) for key in metric._filter_kwargs(**kwargs)}
+        taken = {key for metric in self._modules.values() for key in metric._filter_kwargs(**kwargs)}
         unknown = sorted(set(kwargs) - taken)
         if unknown:
             msg = (
-                f"VarlenCollection.update() got the keyword argument(s) {unknown}, which none of its metrics takes;"
+                f"VarlenCollection.{method}() got the keyword argument(s) {unknown}, which none of its metrics takes;"
                 " check the spelling (e.g. `sample_ids`, `sample_weight`). The batch was not added."
             )
             raise TypeError(msg)
@@ -191,7 +191,7 @@ class VarlenCollection(MetricCollection):
         groups = self.compute_groups  # before the groups are formed, each metric is a group of its own
         takers: list[Any]
         if forward or not groups:  # every metric takes it (forward, or no compute groups)
-            takers = list(self.values(copy_state=False))
+            takers = list(self._modules.values())
         else:  # each compute group's first metric (the others share its states)
             takers = [getattr(self, group[0]) for group in groups.values()]
         if len(takers) < 2:  # one metric (or compute group) takes it: its own update is all or nothing
@@ -287,7 +287,7 @@ class VarlenCollection(MetricCollection):
     def _member_guards(self) -> list[tuple[str, GuardedMetric]]:
         """Each member's name and guarded metric (itself, or the ``Varlen`` inside a wrapper: ``ClasswiseWrapper``)."""
         found = []
-        for name, metric in self.items(keep_base=True, copy_state=False):
+        for name, metric in self._modules.items():
             guard = next((m for m in metric.modules() if isinstance(m, GuardedMetric)), None)
             if guard is not None:
                 found.append((name, guard))
@@ -352,7 +352,7 @@ class VarlenCollection(MetricCollection):
         samples a member evaluated (ids mode).
         """
         reports: list[SyncReport] = [
-            r for m in self.values(copy_state=False) for r in (getattr(m, "sync_report", None),) if r is not None
+            r for m in self._modules.values() for r in (getattr(m, "sync_report", None),) if r is not None
         ]
         synced = [r for r in reports if r.world_size > 1]
         epoch = self._epoch
@@ -369,7 +369,7 @@ class VarlenCollection(MetricCollection):
         """Fetch the states of every metric that joins the joint sync; each will take its part in ``compute()``."""
         members = [
             (name, m)
-            for name, m in self.items(keep_base=True, copy_state=False)
+            for name, m in self._modules.items()
             if isinstance(m, GuardedMetric) and m.sync_on_compute and m._joins_collection_sync()
         ]
         if not members or not distributed_available() or all(m._computed is not None for _, m in members):

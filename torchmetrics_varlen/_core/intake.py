@@ -109,6 +109,16 @@ def _weighted_count(metric: Any, scores: Tensor, labels: Tensor, weight: Tensor)
     return torch.stack(parts, dim=m.mode.class_dim)
 
 
+def batch_rows(preds: Any, target: Any = None) -> int:
+    """The rows (sampler positions) of a batch, also when it is refused for not being tensors: dim 0 of ``preds``,
+    else of ``target``, else the length of a list of scores; 0 when none tells.
+    """
+    for value in (preds, target):
+        if isinstance(value, Tensor):
+            return value.shape[0] if value.ndim else 1
+    return len(preds) if isinstance(preds, (list, tuple)) else 0
+
+
 def take_batch(
     metric: Any,
     preds: Tensor,
@@ -125,7 +135,7 @@ def take_batch(
     if it raises).
     """
     m = metric
-    rows = (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
+    rows = (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else batch_rows(preds, target)
     # a refusal counts its rows as rejected, and the call as no update (torchmetrics' update wrapper counted it)
     with m._ledger.batch(m, rows, start, m.process_group, counted_call=True) as batch:
         in_unit = check_batch(m, preds, target, sample_ids, extras, sample_weight)

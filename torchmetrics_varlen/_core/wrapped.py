@@ -76,9 +76,24 @@ def batch_rows(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
 def cut_batch(
     args: tuple[Any, ...], kwargs: dict[str, Any], rows: int, kept: int
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The first ``kept`` rows of every argument that holds ``rows`` of them (tensors along dim 0, lists, tuples)."""
+    """The first ``kept`` rows of every argument that holds ``rows`` of them (tensors along dim 0, lists, tuples).
+    Arguments that hold another number of rows are refused: which of their rows are padding is not known (cut alike,
+    ``preds`` of 3 rows and ``target`` of 2 would pass as a batch of 2).
+    """
     if kept == rows:
         return args, kwargs
+    lengths = [
+        int(v.shape[0]) if isinstance(v, Tensor) else len(v)
+        for v in (*args, *kwargs.values())
+        if (isinstance(v, Tensor) and v.ndim) or isinstance(v, (list, tuple))
+    ]
+    if any(n != rows for n in lengths):
+        msg = (
+            f"Expected the arguments of a batch to hold the same number of rows, but got {lengths}: the last"
+            f" {rows - kept} rows are DistributedSampler padding (`dataset_size`), and arguments of other lengths"
+            " cannot be cut alike. The batch was not added."
+        )
+        raise ValueError(msg)
 
     def cut(value: Any) -> Any:
         if isinstance(value, Tensor) and value.ndim and value.shape[0] == rows:

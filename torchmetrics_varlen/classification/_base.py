@@ -23,6 +23,7 @@ from torch import Tensor
 from torchmetrics_varlen._core.guarded_sync import CheckedIn, Gathered, GuardedMetric, Payload, SyncRequest
 from torchmetrics_varlen._core.intake import (
     PieceCount,
+    batch_rows,
     count_piece,
     take_batch,
 )
@@ -291,11 +292,11 @@ class _VarlenMetric(GuardedMetric):
         """The error for a batch that ``update`` refuses before ``_update`` checks it; the call counts as refused
         first, as in ``take_batch`` (torchmetrics' update wrapper counted it: the refusal takes it back).
         """
-        self._ledger.refuse(self, _rows_of(preds), counted_call=True)
+        self._ledger.refuse(self, batch_rows(preds), counted_call=True)
         return ValueError(msg)
 
     def _forward_rows(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
-        return _rows_of(args[0] if args else kwargs.get("preds"))
+        return batch_rows(args[0] if args else kwargs.get("preds"), args[1] if len(args) > 1 else kwargs.get("target"))
 
     @torch.jit.unused
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -326,11 +327,6 @@ class _VarlenMetric(GuardedMetric):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         if any(self._ledger.counts(self)) and not self._update_count:
             self._update_count = 1  # loaded states are updates: compute() must not warn that none happened
-
-
-def _rows_of(preds: Any) -> int:
-    """The rows of a batch's ``preds`` (0 when it is not a tensor)."""
-    return (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else 0
 
 
 def choose_strategy(mode: CountMode, compute_on_rank: int | None, compute_sharded: bool) -> ComputeStrategy:
