@@ -323,3 +323,36 @@ def test_a_refused_batch_keeps_the_members_cached_values(call: str) -> None:
     assert all(member._computed is not None for _, member in metrics.items())
     assert {name: float(value) for name, value in metrics.compute().items()} == first
     assert first["auroc"] == pytest.approx(_reference(batches)["auroc"], abs=1e-7)
+
+
+def test_a_wrapper_member_that_took_a_refused_batch_is_put_back() -> None:
+    """``ClasswiseWrapper(Varlen(metric))`` holds its states two metrics down; updated first (name order), it is put
+    back when the multiclass AUROC after it refuses a NaN score, and its per-class recall stays scikit-learn's.
+    """
+    from sklearn.metrics import recall_score
+    from torchmetrics.classification import MulticlassAccuracy
+    from torchmetrics.wrappers import ClasswiseWrapper
+
+    from torchmetrics_varlen import Varlen, VarlenMulticlassAUROC
+
+    gen = torch.Generator().manual_seed(0)
+    metrics = VarlenCollection(
+        {
+            "a_recall": ClasswiseWrapper(Varlen(MulticlassAccuracy(num_classes=3, average=None))),
+            "b_auroc": VarlenMulticlassAUROC(num_classes=3),
+        }
+    )
+    kept = []
+    for i in range(4):
+        batch = (torch.rand(16, 3, generator=gen).softmax(1), torch.randint(0, 3, (16,), generator=gen))
+        metrics.update(*batch)
+        kept.append(batch)
+        if i == 1:
+            bad = batch[0].clone()
+            bad[0, 0] = float("nan")
+            with pytest.raises(ValueError, match="finite"):
+                metrics.update(bad, batch[1])
+    values = metrics.compute()
+    preds, target = torch.cat([p for p, _ in kept]), torch.cat([t for _, t in kept])
+    recall = [float(values[f"varlen_{k}"]) for k in range(3)]
+    assert recall == pytest.approx(f32(recall_score(target, preds.argmax(1), average=None)), abs=1e-7)

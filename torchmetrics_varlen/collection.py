@@ -438,5 +438,7 @@ def _same_intake(metric1: Metric, metric2: Metric) -> bool:
 
 
 def _with_inner(metric: Metric) -> list[Metric]:
-    """A collection's metric, and for ``Varlen`` the torchmetrics metric it wraps (which holds the states)."""
-    return [metric, metric.metric] if isinstance(metric, Varlen) else [metric]
+    """A collection's metric and the metrics inside it (``Varlen``'s wrapped metric holds the states, and so do
+    those inside a wrapper such as ``ClasswiseWrapper(Varlen(metric))``).
+    """
+    return [m for m in metric.modules() if isinstance(m, Metric)]

@@ -15,6 +15,7 @@ from torch import Tensor
 from torchmetrics_varlen._core.columns import columns, columns_shape
 from torchmetrics_varlen._core.guarded_sync import SHARED_SYNCS
 from torchmetrics_varlen._core.ledger import writable_state
+from torchmetrics_varlen._core.wrapped import batch_rows
 from torchmetrics_varlen.functional._count import binned_confmat, count_into
 from torchmetrics_varlen.functional._hist import histogram
 from torchmetrics_varlen.functional._validation import (
@@ -109,14 +110,14 @@ def _weighted_count(metric: Any, scores: Tensor, labels: Tensor, weight: Tensor)
     return torch.stack(parts, dim=m.mode.class_dim)
 
 
-def batch_rows(preds: Any, target: Any = None) -> int:
-    """The rows (sampler positions) of a batch, also when it is refused for not being tensors: dim 0 of ``preds``,
-    else of ``target``, else the length of a list of scores; 0 when none tells.
+def rows_of(preds: Any, target: Any = None) -> int:
+    """The rows (sampler positions) of a package metric's batch, also one refused for not being tensors (a list of
+    scores): as :func:`~torchmetrics_varlen._core.wrapped.batch_rows` says, 0 when nothing holds a batch.
     """
-    for value in (preds, target):
-        if isinstance(value, Tensor):
-            return value.shape[0] if value.ndim else 1
-    return len(preds) if isinstance(preds, (list, tuple)) else 0
+    try:
+        return batch_rows((preds, target), {})
+    except ValueError:
+        return 0
 
 
 def take_batch(
@@ -135,7 +136,7 @@ def take_batch(
     if it raises).
     """
     m = metric
-    rows = (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else batch_rows(preds, target)
+    rows = (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else rows_of(preds, target)
     # a refusal counts its rows as rejected, and the call as no update (torchmetrics' update wrapper counted it)
     with m._ledger.batch(m, rows, start, m.process_group, counted_call=True) as batch:
         in_unit = check_batch(m, preds, target, sample_ids, extras, sample_weight)

@@ -23,8 +23,8 @@ from torch import Tensor
 from torchmetrics_varlen._core.guarded_sync import CheckedIn, Gathered, GuardedMetric, Payload, SyncRequest
 from torchmetrics_varlen._core.intake import (
     PieceCount,
-    batch_rows,
     count_piece,
+    rows_of,
     take_batch,
 )
 from torchmetrics_varlen._core.ledger import Ledger, warning_compute
@@ -292,11 +292,11 @@ class _VarlenMetric(GuardedMetric):
         """The error for a batch that ``update`` refuses before ``_update`` checks it; the call counts as refused
         first, as in ``take_batch`` (torchmetrics' update wrapper counted it: the refusal takes it back).
         """
-        self._ledger.refuse(self, batch_rows(preds), counted_call=True)
+        self._ledger.refuse(self, rows_of(preds), counted_call=True)
         return ValueError(msg)
 
     def _forward_rows(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
-        return batch_rows(args[0] if args else kwargs.get("preds"), args[1] if len(args) > 1 else kwargs.get("target"))
+        return rows_of(args[0] if args else kwargs.get("preds"), args[1] if len(args) > 1 else kwargs.get("target"))
 
     @torch.jit.unused
     def forward(self, *args: Any, **kwargs: Any) -> Any:
