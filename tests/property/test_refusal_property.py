@@ -1,5 +1,6 @@
 """Hypothesis: any schedule of good and refused batches, through ``update`` and ``forward``, on a metric or a
-collection, leaves the value of the good batches alone: bit for bit what the same metrics give fed only those.
+collection (the package's metrics, and a torchmetrics metric in ``Varlen``, which refuses by its own rules), leaves
+the value of the good batches alone: bit for bit what the same metrics give fed only those.
 """
 
 from __future__ import annotations
@@ -9,11 +10,12 @@ from typing import Any
 import pytest
 import torch
 from _float32 import f32
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
+from torchmetrics.classification import BinaryAccuracy
 
-from torchmetrics_varlen import VarlenAUROC, VarlenAveragePrecision, VarlenBestF1, VarlenCollection
+from torchmetrics_varlen import Varlen, VarlenAUROC, VarlenAveragePrecision, VarlenBestF1, VarlenCollection
 
 pytestmark = pytest.mark.property
 SETTINGS = settings(max_examples=150, deadline=None)
@@ -25,7 +27,9 @@ MAKERS: dict[str, Any] = {
     "auroc ignore -1": lambda: VarlenAUROC(ignore_index=-1),
     "ap": VarlenAveragePrecision,
     "best f1": VarlenBestF1,
+    "accuracy": lambda: Varlen(BinaryAccuracy()),  # refuses labels -1 and 2 itself (a RuntimeError), takes NaN
 }
+REFUSALS = (ValueError, TypeError, RuntimeError)
 FAULTS = ("label 2", "label -1", "nan", "shape", "weights")
 
 
@@ -50,13 +54,23 @@ def _faulty(preds: torch.Tensor, target: torch.Tensor, fault: str) -> tuple[tupl
     return (preds, target), {}
 
 
-def _takes(make: Any, accepted: list[Any], args: Any, kwargs: Any) -> bool:
+def _fed(make: Any, accepted: list[Any], in_collection: bool) -> Any:
     metric = make()
     for batch_args, batch_kwargs in accepted:
-        metric.update(*batch_args, **batch_kwargs)
+        metric.update(*batch_args, **_given(metric, batch_kwargs, in_collection))
+    return metric
+
+
+def _given(metric: Any, kwargs: dict[str, Any], in_collection: bool) -> dict[str, Any]:
+    """The keywords a metric gets: in a collection, those its ``update`` takes (``MetricCollection``'s rule)."""
+    return metric._filter_kwargs(**kwargs) if in_collection else kwargs
+
+
+def _takes(make: Any, accepted: list[Any], args: Any, kwargs: Any, in_collection: bool) -> bool:
+    metric = _fed(make, accepted, in_collection)
     try:
-        metric.update(*args, **kwargs)
-    except (ValueError, TypeError):
+        metric.update(*args, **_given(metric, kwargs, in_collection))
+    except REFUSALS:
         return False
     return True
 
@@ -73,28 +87,39 @@ def _takes(make: Any, accepted: list[Any], args: Any, kwargs: Any) -> bool:
     ),
     collection=st.booleans(),
 )
+# a package metric that takes the label -1, updated before the torchmetrics one that refuses it
+@example(
+    names=["auroc ignore -1", "accuracy"],
+    steps=[("update", 8, None), ("update", 8, "label -1"), ("forward", 8, "label -1"), ("update", 8, None)],
+    collection=True,
+)
 def test_refused_batches_leave_the_good_ones_alone(names: list[str], steps: list[Any], collection: bool) -> None:
-    members = {name: MAKERS[name]() for name in names}
-    metrics = VarlenCollection(members) if collection or len(names) > 1 else members[names[0]]
+    # keyed in the drawn order (a collection updates its members in the order of their keys)
+    members = {f"{i}_{name}": MAKERS[name]() for i, name in enumerate(names)}
+    in_collection = collection or len(names) > 1
+    metrics = VarlenCollection(members) if in_collection else next(iter(members.values()))
     accepted: list[Any] = []  # (args, kwargs) of the batches taken
     for seed, (call, size, fault) in enumerate(steps):
         preds, target = _batch(seed, size)
         args, kwargs = ((preds, target), {}) if fault is None else _faulty(preds, target, fault)
         step = metrics.update if call == "update" else metrics.forward
-        # The batch is taken when every member alone takes it (a collection is all or nothing).
-        if all(_takes(MAKERS[name], accepted, args, kwargs) for name in names):
+        # The batch is taken when every member alone takes it (a collection is all or nothing), and a collection
+        # refuses a keyword that none of its members takes.
+        taken = all(_takes(MAKERS[name], accepted, args, kwargs, in_collection) for name in names)
+        if in_collection and kwargs:
+            taken = taken and all(any(key in _given(m, kwargs, True) for m in members.values()) for key in kwargs)
+        if taken:
             step(*args, **kwargs)
             accepted.append((args, kwargs))
         else:
-            with pytest.raises((ValueError, TypeError)):
+            with pytest.raises(REFUSALS):
                 step(*args, **kwargs)
     if not accepted:
         return
-    values = metrics.compute() if isinstance(metrics, VarlenCollection) else {names[0]: metrics.compute()}
+    computed = metrics.compute() if isinstance(metrics, VarlenCollection) else {f"0_{names[0]}": metrics.compute()}
+    values = {key.split("_", 1)[1]: value for key, value in computed.items()}
     for name in names:
-        reference = MAKERS[name]()
-        for batch_args, batch_kwargs in accepted:
-            reference.update(*batch_args, **batch_kwargs)
+        reference = _fed(MAKERS[name], accepted, in_collection)
         got, expected = values[name], reference.compute()
         pairs = zip(*((v if isinstance(v, tuple) else (v,)) for v in (got, expected)), strict=True)
         for a, b in pairs:
