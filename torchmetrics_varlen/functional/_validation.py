@@ -437,11 +437,11 @@ def check_inputs(
             f" but got dtype {target.dtype}."
         )
         raise ValueError(msg)
-    scores, labels = preds, target
+    scores, labels = preds.detach(), target  # (read on the host: no autograd warning for a model's outputs)
     if ignore_index is not None:
         keep = target != ignore_index
         labels = target[keep]
-        scores = preds[keep.unsqueeze(1).expand_as(preds) if task == "multiclass" else keep]
+        scores = scores[keep.unsqueeze(1).expand_as(preds) if task == "multiclass" else keep]
     if target.dtype == torch.bool or not labels.numel():
         checked = None  # nothing to check: bool labels lie in {0, 1}
     elif labels.is_floating_point():  # whole numbers in range (NaN is never equal to itself)
