@@ -1,5 +1,6 @@
 """A training step hands the metric the model's outputs, which require grad: ``forward`` (and ``update``) take them
-without a warning (the suite turns every warning into an error, so any warning fails here), and the values are
+without a warning (the suite turns every warning into an error, so any warning fails here) and store them without
+their autograd graph (kept until ``reset()``, it would hold every step's activations), and the values are
 scikit-learn's on the detached scores, for every task and intake setting.
 """
 
@@ -49,6 +50,9 @@ def test_outputs_that_require_grad_are_taken_without_a_warning(name: str) -> Non
             metric(outputs, target)  # the training step's forward
         else:
             metric.update(outputs, target)
+        members = metric.values() if isinstance(metric, tv.VarlenCollection) else [metric]
+        stored = [p for m in members for p in getattr(m, "preds", [])]  # (the 16-bit mode keeps counts only)
+        assert not any(p.requires_grad for p in stored)  # no autograd graph kept until reset()
     value = metric.compute()
     value = value["auroc"] if isinstance(value, dict) else value
     logits = torch.cat([b[0] for b in batches]).double()
