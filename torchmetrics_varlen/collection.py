@@ -196,11 +196,11 @@ class VarlenCollection(MetricCollection):
             takers = [getattr(self, group[0]) for group in groups.values()]
         if len(takers) < 2:  # one metric (or compute group) takes it: its own update is all or nothing
             return call(*args, **kwargs)
-        # What each may write in place is copied, except for the last to take it: its own update is all or nothing
-        # (a refusal writes only its counters), and so is each metric's forward (it resets the metric first).
+        # The tensors each update may write in place are copied, except the last one's: its own update is all or
+        # nothing (a refusal writes only its counters, always copied). Each metric's forward resets it first.
         last = takers[-1]
         before = [
-            (m, snapshot(m, update=not forward and metric is not last))
+            (m, snapshot(m, update=not forward, tensors=False if metric is last and not forward else None))
             for metric in takers
             for m in _with_inner(metric)
         ]

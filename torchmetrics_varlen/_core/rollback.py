@@ -29,28 +29,39 @@ class Snapshot:
     dealt (``dealt``) and own counters.
     """
 
-    lists: dict[str, tuple[list[Any], list[Any]]]
+    lists: dict[str, tuple[list[Any], list[Any] | int]]  # the list, and its items (or, appended to only, its length)
     tensors: dict[str, tuple[Any, Tensor | None]]
     switches: dict[str, Any]
     dealt: int = 0
     own: list[int] | None = None  # a ledger that keeps its own counters: its counts before the call
 
 
-def snapshot(metric: Metric, *, update: bool) -> Snapshot:
-    """What a call of ``metric`` may change (see above). ``update``: the call updates the states as they are (an
-    ``update``, or a collection's ``forward`` around its members'), so every tensor state is copied; otherwise (the
-    metric's own torchmetrics ``forward``, which resets before its update) only the ledger's counters and the states
-    of a metric whose ``forward`` updates them as they are (torchmetrics' full-state path, ``dist_sync_on_step``).
+def snapshot(metric: Metric, *, update: bool, tensors: bool | None = None) -> Snapshot:
+    """What a call of ``metric`` may change (see above). ``update``: the call is an ``update``, which appends to the
+    list states and writes the tensor states in place, so every tensor state is copied; otherwise (torchmetrics'
+    ``forward``, which resets before its update) only the ledger's counters and the states of a metric whose
+    ``forward`` updates them as they are (torchmetrics' full-state path, ``dist_sync_on_step``). ``tensors=False``:
+    no tensor state is copied but the counters (a caller that knows the call writes nothing else it must undo).
     """
     state = metric.__dict__
     # the states the metric holds itself (``Varlen`` reads its wrapped metric's: that one is snapshot on its own)
     values = {name: state[name] for name in metric._defaults if name in state}
     ledger = state.get("_ledger")
-    in_place = update or metric.full_state_update is not False or metric.dist_sync_on_step
+    in_place = (
+        (update or metric.full_state_update is not False or metric.dist_sync_on_step) if tensors is None else tensors
+    )
     # the ledger's counters are added to in place by any call (``Varlen`` counts its batch on itself in ``forward``)
     counters = (*ledger.counters, "num_samples") if ledger is not None and ledger.counters is not None else ()
+    # An update appends to a list state: its length puts it back (a wrapped torchmetrics metric's lists grow by a piece
+    # a batch, copying them would cost O(batches) per batch), except for the package's own metrics, which merge the
+    # pieces at its end (``_core/intake.py``: their lists stay short) and are copied whole, as for a forward.
+    whole = not update or hasattr(metric, "_piece_count")
     return Snapshot(
-        lists={name: (value, list(value)) for name, value in values.items() if isinstance(value, list)},
+        lists={
+            name: (value, list(value) if whole else len(value))
+            for name, value in values.items()
+            if isinstance(value, list)
+        },
         tensors={
             name: (value, value.clone() if isinstance(value, Tensor) and (in_place or name in counters) else None)
             for name, value in values.items()
@@ -70,7 +81,10 @@ def restore(metric: Metric, saved: Snapshot, rows: int | None = None, *, keep_ca
     """
     state = metric.__dict__
     for name, (value, items) in saved.lists.items():
-        value[:] = items
+        if isinstance(items, int):
+            del value[items:]
+        else:
+            value[:] = items
         state[name] = value
     outside_inference = not torch.is_inference_mode_enabled()
     for name, (value, values) in saved.tensors.items():
