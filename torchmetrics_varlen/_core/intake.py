@@ -165,7 +165,8 @@ def _store(
         expanded["weight"] = check_sample_weight(sample_weight, preds, target, m.task)
     # Whether the scores lie in [0, 1], when the checks read it: the normalisation's own test would say the same.
     # detached: a stored score must not keep the model's autograd graph (a training step's outputs) until reset()
-    scores, labels, kept = format_inputs(preds.detach(), target, m.task, m.ignore_index, m.normalization, in_unit)
+    preds = preds.detach() if preds.requires_grad else preds
+    scores, labels, kept = format_inputs(preds, target, m.task, m.ignore_index, m.normalization, in_unit)
     if kept is not None and expanded:
         expanded = {k: v[kept] for k, v in expanded.items()}
     if m._summed is None:
