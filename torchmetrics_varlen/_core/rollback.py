@@ -17,16 +17,17 @@ from torchmetrics import Metric
 # What a call changes: an ``update`` appends to the list states and adds to tensor states in place (the package's
 # counters and summed states, most torchmetrics states); torchmetrics' ``forward`` first resets (empties the lists in
 # place, assigns new tensors) and sets its switches (plain attributes). :func:`snapshot` keeps the list objects and
-# their items, each tensor state (with a copy of its values when the call may write it in place) and every plain
-# attribute, so that :func:`restore` puts all of it back without naming a torchmetrics switch. The same list and
-# tensor objects are put back, their contents restored in place: a compute group's members share them.
+# their items (or, where an update only appends, their lengths), each tensor state (with a copy of its values when
+# the call may write it in place) and every plain attribute, so that :func:`restore` puts all of it back without
+# naming a torchmetrics switch. The same list and tensor objects are put back, their contents restored in place: a
+# compute group's members share them.
 
 
 @dataclass
 class Snapshot:
-    """A metric's states before a call (list states: the list and its items; tensor states: the tensor, and a copy
-    of its values when the call may write it in place), its other plain attributes, and its ledger's count of rows
-    dealt (``dealt``) and own counters.
+    """A metric's states before a call (list states: the list and its items, or its length; tensor states: the
+    tensor, and a copy of its values when the call may write it in place), its other plain attributes, and its
+    ledger's count of rows dealt (``dealt``) and own counters.
     """
 
     lists: dict[str, tuple[list[Any], list[Any] | int]]  # the list, and its items (or, appended to only, its length)
