@@ -356,3 +356,29 @@ def test_a_wrapper_member_that_took_a_refused_batch_is_put_back() -> None:
     preds, target = torch.cat([p for p, _ in kept]), torch.cat([t for _, t in kept])
     recall = [float(values[f"varlen_{k}"]) for k in range(3)]
     assert recall == pytest.approx(f32(recall_score(target, preds.argmax(1), average=None)), abs=1e-7)
+
+
+def test_an_update_hashes_no_metric(monkeypatch: Any) -> None:
+    """The ``Metric.__hash__`` of torchmetrics hashes every tensor of every state: a collection that put a metric in
+    a set per batch (``Module.modules()`` does) would cost O(stored pieces) per batch, O(batches^2) an epoch.
+    """
+    from torchmetrics import Metric
+
+    from torchmetrics_varlen import Varlen
+
+    calls = []
+    original = Metric.__hash__
+
+    def counting(self: Any) -> int:
+        calls.append(type(self).__name__)
+        return original(self)
+
+    metrics = VarlenCollection({"a": Varlen(BinaryAUROC(ignore_index=-1)), "b": VarlenAveragePrecision()})
+    batches = _batches(30, 3)
+    metrics.update(*batches[0])
+    monkeypatch.setattr(Metric, "__hash__", counting)
+    for batch in batches[1:]:
+        metrics.update(*batch)
+    with pytest.raises(ValueError, match="target"):
+        metrics.update(*_with_a_refused_label(batches[0]))
+    assert calls == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from torchmetrics import Metric, MetricCollection
 from torchmetrics.wrappers.abstract import WrapperMetric
 
@@ -34,7 +35,7 @@ def _adopt(name: str, metric: Metric) -> Metric:
     if isinstance(metric, GuardedMetric):
         return metric
     if isinstance(metric, WrapperMetric):
-        if any(isinstance(m, GuardedMetric) for m in metric.modules()):
+        if any(isinstance(m, GuardedMetric) for m in _with_inner(metric)):
             return metric  # e.g. ClasswiseWrapper(Varlen(metric)): guarded, synced on its own
         msg = (
             f"Expected the metrics of a VarlenCollection to be metrics or wrappers around Varlen, but got `{name}`:"
@@ -288,7 +289,7 @@ class VarlenCollection(MetricCollection):
         """Each member's name and guarded metric (itself, or the ``Varlen`` inside a wrapper: ``ClasswiseWrapper``)."""
         found = []
         for name, metric in self._modules.items():
-            guard = next((m for m in metric.modules() if isinstance(m, GuardedMetric)), None)
+            guard = next((m for m in _with_inner(metric) if isinstance(m, GuardedMetric)), None)
             if guard is not None:
                 found.append((name, guard))
         return found
@@ -439,6 +440,16 @@ def _same_intake(metric1: Metric, metric2: Metric) -> bool:
 
 def _with_inner(metric: Metric) -> list[Metric]:
     """A collection's metric and the metrics inside it (``Varlen``'s wrapped metric holds the states, and so do
-    those inside a wrapper such as ``ClasswiseWrapper(Varlen(metric))``).
+    those inside a wrapper such as ``ClasswiseWrapper(Varlen(metric))``), outermost first.
+
+    Not ``metric.modules()``: it keeps a set of the modules it met, and torchmetrics' ``Metric.__hash__`` hashes
+    every tensor of every state, O(stored pieces) per call.
     """
-    return [m for m in metric.modules() if isinstance(m, Metric)]
+    found: list[Metric] = []
+    pending: list[torch.nn.Module] = [metric]
+    while pending:
+        module = pending.pop(0)
+        if isinstance(module, Metric):
+            found.append(module)
+        pending.extend(child for child in module._modules.values() if child is not None)
+    return found
