@@ -366,6 +366,8 @@ def check(spec: Spec, per_rank: list[dict[str, list[Any]]]) -> list[str]:
             b64 = np.asarray(b, dtype=np.float64)
             is_thresholds = name in ("roc", "pr") and k == 2
             want = b64 if is_thresholds or spec.mode == "binned" else np.asarray(f32(b64), dtype=np.float64)
+            if is_thresholds and a64.shape == () and want.shape == (1,):
+                a64 = a64.reshape(1)  # one threshold (every score tied): torchmetrics returns it 0-d, and so do we
             assert a64.shape == want.shape, f"{spec}: {name}[{k}] shape {a64.shape}, reference {want.shape}"
             tol = 0.0 if is_thresholds else TOL
             close = np.allclose(a64, want, rtol=0.0, atol=tol, equal_nan=True)

@@ -59,6 +59,7 @@ def specs(draw: st.DrawFn) -> Spec:
 @SETTINGS
 @given(spec=specs())
 @example(spec=Spec(4, 3, "binary", "float16", weighted=True, seed=143))  # issue 32: rank 3's only row is padding
+@example(spec=Spec(2, 3, "binary", "float16", batch=1, seed=792))  # every score tied: one PR threshold, 0-d
 def test_every_rank_equals_one_process_and_the_reference(pool: DistPool, spec: Spec) -> None:
     per_rank = pool.values(case_specs, spec.world, [spec], timeout=120)
     check(spec, [values[0] for values in per_rank])
