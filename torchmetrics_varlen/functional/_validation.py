@@ -437,7 +437,8 @@ def check_inputs(
             f" but got dtype {target.dtype}."
         )
         raise ValueError(msg)
-    scores, labels = preds.detach(), target  # (read on the host: no autograd warning for a model's outputs)
+    # a model's outputs read on the host without autograd (no "requires_grad to a scalar" warning)
+    scores, labels = preds.detach() if preds.requires_grad else preds, target
     if ignore_index is not None:
         keep = target != ignore_index
         labels = target[keep]
