@@ -1,10 +1,13 @@
 """Hypothesis: any schedule of good and refused batches, through ``update`` and ``forward``, on a metric or a
 collection (the package's metrics, and a torchmetrics metric in ``Varlen``, which refuses by its own rules), leaves
-the value of the good batches alone: bit for bit what the same metrics give fed only those.
+the value of the good batches alone: bit for bit what the same metrics give fed only those. Each batch comes as a
+training step's outputs (they require grad), under ``no_grad`` or under ``inference_mode`` (Lightning's evaluation
+loop), and the metric may have been reset under ``inference_mode`` first.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -32,6 +35,7 @@ MAKERS: dict[str, Any] = {
 }
 REFUSALS = (ValueError, TypeError, RuntimeError, IndexError)  # (IndexError: torchmetrics on some 1-row batches)
 FAULTS = ("label 2", "label -1", "nan", "shape", "weights")
+GRAD_MODES = ("grad", "no_grad", "inference")  # how a batch arrives: a model's outputs, no_grad, inference_mode
 
 
 def _batch(seed: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,6 +57,16 @@ def _faulty(preds: torch.Tensor, target: torch.Tensor, fault: str) -> tuple[tupl
     else:  # weights: refused by best F1, and in an epoch that started without them (or with them, then without)
         return (preds, target), {"sample_weight": torch.ones(preds.shape[0])}
     return (preds, target), {}
+
+
+def _arriving(args: tuple[Any, ...], grad_mode: str) -> tuple[tuple[Any, ...], Any]:
+    """The batch's arguments as they arrive in ``grad_mode``, and the context to give them in."""
+    if grad_mode == "no_grad":
+        return args, torch.no_grad()
+    if grad_mode == "inference":
+        return args, torch.inference_mode()
+    weight = torch.nn.Parameter(torch.tensor(1.0))  # the scores are a model's outputs: they require grad
+    return (args[0] * weight, *args[1:]), contextlib.nullcontext()
 
 
 def _fed(make: Any, accepted: list[Any], in_collection: bool) -> Any:
@@ -82,45 +96,77 @@ def _takes(make: Any, accepted: list[Any], args: Any, kwargs: Any, in_collection
 @given(
     names=st.lists(st.sampled_from(sorted(MAKERS)), min_size=1, max_size=3, unique=True),
     steps=st.lists(
-        st.tuples(st.sampled_from(("update", "forward")), st.integers(1, 40), st.sampled_from((None, *FAULTS))),
+        st.tuples(
+            st.sampled_from(("update", "forward")),
+            st.integers(1, 40),
+            st.sampled_from((None, *FAULTS)),
+            st.sampled_from(GRAD_MODES),
+        ),
         min_size=1,
         max_size=8,
     ),
     collection=st.booleans(),
+    reset_in_inference=st.booleans(),
 )
 # a package metric that takes the label -1, updated before the torchmetrics one that refuses it
 @example(
     names=["auroc ignore -1", "accuracy"],
-    steps=[("update", 8, None), ("update", 8, "label -1"), ("forward", 8, "label -1"), ("update", 8, None)],
+    steps=[
+        ("update", 8, None, "grad"),
+        ("update", 8, "label -1", "no_grad"),
+        ("forward", 8, "label -1", "grad"),
+        ("update", 8, None, "no_grad"),
+    ],
     collection=True,
+    reset_in_inference=False,
 )
 # a torchmetrics metric with list states that takes the label -1, updated before the package's AP that refuses it
 @example(
     names=["tm auroc ignore -1", "ap"],
-    steps=[("update", 8, None), ("update", 8, "label -1"), ("update", 8, None), ("forward", 8, "label -1")],
+    steps=[
+        ("update", 8, None, "no_grad"),
+        ("update", 8, "label -1", "no_grad"),
+        ("update", 8, None, "inference"),
+        ("forward", 8, "label -1", "grad"),
+    ],
     collection=True,
+    reset_in_inference=False,
 )
-def test_refused_batches_leave_the_good_ones_alone(names: list[str], steps: list[Any], collection: bool) -> None:
+# reset in inference mode (inference tensors as states), then batches and a refusal outside it
+@example(
+    names=["auroc bf16", "auroc"],
+    steps=[("update", 8, None, "grad"), ("update", 8, "nan", "no_grad"), ("forward", 8, None, "grad")],
+    collection=True,
+    reset_in_inference=True,
+)
+def test_refused_batches_leave_the_good_ones_alone(
+    names: list[str], steps: list[Any], collection: bool, reset_in_inference: bool
+) -> None:
     # keyed in the drawn order (a collection updates its members in the order of their keys)
     members = {f"{i}_{name}": MAKERS[name]() for i, name in enumerate(names)}
     in_collection = collection or len(names) > 1
     metrics = VarlenCollection(members) if in_collection else next(iter(members.values()))
-    accepted: list[Any] = []  # (args, kwargs) of the batches taken
-    for seed, (call, size, fault) in enumerate(steps):
+    if reset_in_inference:
+        with torch.inference_mode():
+            metrics.reset()
+    accepted: list[Any] = []  # (args, kwargs) of the batches taken (as plain tensors)
+    for seed, (call, size, fault, grad_mode) in enumerate(steps):
         preds, target = _batch(seed, size)
         args, kwargs = ((preds, target), {}) if fault is None else _faulty(preds, target, fault)
+        given, context = _arriving(args, grad_mode)
         step = metrics.update if call == "update" else metrics.forward
         # The batch is taken when every member alone takes it (a collection is all or nothing), and a collection
         # refuses a keyword that none of its members takes.
         taken = all(_takes(MAKERS[name], accepted, args, kwargs, in_collection) for name in names)
         if in_collection and kwargs:
             taken = taken and all(any(key in _given(m, kwargs, True) for m in members.values()) for key in kwargs)
-        if taken:
-            step(*args, **kwargs)
-            accepted.append((args, kwargs))
-        else:
-            with pytest.raises(REFUSALS):
-                step(*args, **kwargs)
+        with context:
+            if taken:
+                step(*given, **kwargs)
+                accepted.append((args, kwargs))
+            else:
+                with pytest.raises(REFUSALS):
+                    step(*given, **kwargs)
     if not accepted:
         return
     references = {}
