@@ -221,3 +221,49 @@ def test_a_batch_refused_for_its_type_keeps_its_sampler_positions(pool: DistPool
     kept = [i for i in range(N) if i not in refused]
     for value in pool.values(case_a_batch_of_lists, 2, kind):
         assert value == pytest.approx(_expected(kind, preds[kept], target[kept]), abs=1e-6)
+
+
+def _collection_in_a_skip_loop(rank: int, world: int, members: str) -> list[str]:
+    """``VarlenCollection(dataset_size=len(loader))`` in the loop that skips a refused batch: every update that shows
+    too much padding raises, and then ``compute()`` of the collection, or of each member alone (Lightning's
+    ``log_dict(collection)``), raises the padding error too (not the values of no sample); twice, over two epochs.
+    """
+    preds, target = scores_and_labels(N, 7)
+    collection = VarlenCollection(
+        {"acc": BinaryAccuracy(), "auroc": VarlenAUROC()}, dataset_size=-(-N // BATCH)
+    )  # 13: the number of batches
+    rows = list(DistributedSampler(range(N), num_replicas=world, rank=rank, shuffle=True, seed=0))
+    errors = []
+    for _ in range(2):
+        refused = 0
+        for start in range(0, len(rows), BATCH):
+            part = rows[start : start + BATCH]
+            try:
+                collection.update(preds[part].float(), target[part])
+            except ValueError:
+                refused += 1
+        assert refused
+        computes = [collection.compute] if members == "collection" else [m.compute for m in collection.values()]
+        for compute in computes:
+            with pytest.raises(ValueError, match=r"dataset_size=13\).*sampler padding.*len\(loader\)") as info:
+                compute()
+            errors.append(str(info.value))
+        if members == "collection":
+            collection.reset()
+        else:
+            for metric in collection.values():
+                metric.reset()
+    return errors
+
+
+@pytest.mark.parametrize("members", ["collection", "each member"])
+def test_a_collection_that_refused_padding_fails_compute_in_one_process(members: str) -> None:
+    errors = _collection_in_a_skip_loop(0, 1, members)
+    assert len(errors) == (2 if members == "collection" else 4)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("members", ["collection", "each member"])
+def test_a_collection_that_refused_padding_fails_compute_on_every_rank(pool: DistPool, members: str) -> None:
+    for errors in pool.values(_collection_in_a_skip_loop, 2, members):
+        assert all("per rank: [" in error and len(error) < 1000 for error in errors)

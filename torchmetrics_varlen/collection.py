@@ -109,12 +109,12 @@ class VarlenCollection(MetricCollection):
     ) -> None:
         validate_dedup_and_timeout(dataset_size, sync_timeout)
         self.dataset_size = dataset_size  # before the metrics are added (``add_metrics``)
+        self._ledger = Ledger("VarlenCollection", dataset_size)  # sampler positions, counters, report, warning
         super().__init__(metrics, *additional_metrics, prefix=prefix, postfix=postfix, compute_groups=compute_groups)
         self.sync_timeout = sync_timeout
         check_sync_key(sync_key)
         self._sync_base = sync_key or "VarlenCollection"
         self._sync_identity = new_identity(self._sync_base)
-        self._ledger = Ledger("VarlenCollection", dataset_size)  # sampler positions, counters, report, warning
         self._epoch = EpochState()  # written per batch: a plain object, not module attributes
         self.sync_report: SyncReport | None = None
         self._sync_epoch = 0  # reset() calls so far: the joint sync's epoch
@@ -131,11 +131,11 @@ class VarlenCollection(MetricCollection):
             metric = self._modules[name]
             if isinstance(metric, Metric):
                 self._modules[name] = _adopt(name, metric)
-        size = self.__dict__.get("dataset_size")
+        cut_by = self._ledger if self.dataset_size is not None else None
         for _, guard in self._member_guards():
-            # A member computed on its own (Lightning's ``log_dict(collection)``) reports and warns against the
-            # collection's dataset_size: the collection cut the padding of the batches it got.
-            guard._ledger.cut_by = None if size is None else ("VarlenCollection", size)
+            # A member computed on its own (Lightning's ``log_dict(collection)``) reports, checks the padding and
+            # warns against the collection's dataset_size: the collection cut the padding of the batches it got.
+            guard._ledger.cut_by = cut_by
 
     # ------------------------------------------------------------------ batches
 

@@ -133,9 +133,12 @@ class Ledger:
         self.saved_at: tuple[int, int] | None = None  # (rank, world) of loaded states, until checked
         self.persistent = False  # for a ledger that keeps its own counters (the host's states decide otherwise)
         self.warned = False
-        # (name, dataset_size) of the VarlenCollection that cuts the sampler padding before the host's batches arrive
-        # (the host has no dataset_size of its own): the report's ``missing`` and the warning count against it
-        self.cut_by: tuple[str, int] | None = None
+        # the ledger of the VarlenCollection that cuts the sampler padding before the host's batches arrive (the host
+        # has no dataset_size of its own): the report's ``missing``, the padding check and the warning count against it
+        self.cut_by: Ledger | None = None
+        # the most rows this rank's batches showed past dataset_size in the epoch, refused batches included (an
+        # intake that refuses them at the update, a collection's: its compute() must still fail, :meth:`report`)
+        self.padding_shown = 0
         self.dealt = 0  # rows of every batch this process gave the ledger (taken or refused), never reset
         # per counter on the device path: (the tensor, its version, its value), so that a value is read back from the
         # device once, not per batch (``position()`` reads two counters with ``dataset_size``)
@@ -246,6 +249,7 @@ class Ledger:
         counts alone, for an intake whose members may be computed without it (a collection's).
         """
         rank, world = group_position(process_group)
+        self.padding_shown = max(self.padding_shown, padding)
         check_padding(self.what, self.dataset_size, world, [padding], rank, self.own[2])
 
     def stored_mode(self, host: Any, mode: str, column: bool, rows: bool | None = None) -> str | None:
@@ -265,6 +269,7 @@ class Ledger:
         zero now, :meth:`zeroed`) and the warning re-armed.
         """
         self.own, self.base, self.origin, self.saved_at, self.warned = [0, 0, 0], 0, 0, None, False
+        self.padding_shown = 0
         if host is not None and self.counters is not None:
             self.zeroed(host)
 
@@ -304,6 +309,8 @@ class Ledger:
         seen, padding, rejected = self.counts(host)
         info = {"rows_seen": seen, "padding_dropped": padding, "rejected": rejected, "ledger_base": self.base}
         info["ledger_misplaced"] = int(self._misplaced(host))
+        # the padding checked at the sync: this rank's, or what its collection saw (refused batches included)
+        info["padding_shown"] = max(padding, (self.cut_by or self).padding_shown)
         return info
 
     def _misplaced(self, host: Any) -> bool:
@@ -331,15 +338,16 @@ class Ledger:
             raise ValueError(msg)
         _, world = group_position(getattr(host, "process_group", None))
         partial = not synced and world > 1
+        what, size = self._expected()
         if not partial and bases == {0}:  # after a resume on another world size the old ranks' padding is in too
-            padding, rejected = [i["padding_dropped"] for i in info], sum(i["rejected"] for i in info)
-            check_padding(self.what, self.dataset_size, len(info), padding, rejected=rejected)
-        return report_from_counts(info, kept, self._expected()[1], partial=partial)
+            padding, rejected = [i["padding_shown"] for i in info], sum(i["rejected"] for i in info)
+            check_padding(what, size, len(info), padding, rejected=rejected)
+        return report_from_counts(info, kept, size, partial=partial)
 
     def _expected(self) -> tuple[str, int | None]:
         """Who names the data set the evaluation should cover, and its size (``None``: not known)."""
         if self.dataset_size is None and self.cut_by is not None:
-            return self.cut_by
+            return self.cut_by.what, self.cut_by.dataset_size
         return self.what, self.dataset_size
 
     def warn(self, report: SyncReport | None) -> None:
