@@ -136,6 +136,8 @@ def take_batch(
     if it raises).
     """
     m = metric
+    if isinstance(preds, Tensor) and preds.requires_grad:  # a training step's outputs: checked and stored without
+        preds = preds.detach()  # autograd (a stored score must not keep the model's graph until reset())
     rows = (preds.shape[0] if preds.ndim else 1) if isinstance(preds, Tensor) else rows_of(preds, target)
     # a refusal counts its rows as rejected, and the call as no update (torchmetrics' update wrapper counted it)
     with m._ledger.batch(m, rows, start, m.process_group, counted_call=True) as batch:
@@ -164,8 +166,6 @@ def _store(
     if sample_weight is not None:
         expanded["weight"] = check_sample_weight(sample_weight, preds, target, m.task)
     # Whether the scores lie in [0, 1], when the checks read it: the normalisation's own test would say the same.
-    # detached: a stored score must not keep the model's autograd graph (a training step's outputs) until reset()
-    preds = preds.detach() if preds.requires_grad else preds
     scores, labels, kept = format_inputs(preds, target, m.task, m.ignore_index, m.normalization, in_unit)
     if kept is not None and expanded:
         expanded = {k: v[kept] for k, v in expanded.items()}
